@@ -1,0 +1,1 @@
+"""The engine: scheduler (CPU-only) -> runner (device) -> sampler, driven by ``LLMEngine``."""

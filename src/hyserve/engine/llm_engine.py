@@ -1,0 +1,332 @@
+"""The engine loop: requests in, one scheduler step + one model step at a time, outputs out."""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from hyserve.config import ModelConfig
+from hyserve.engine.cache_manager import CacheConfig, CacheManager
+from hyserve.engine.detokenizer import IncrementalDetokenizer
+from hyserve.engine.outputs import CompletionOutput, RequestMetrics, RequestOutput
+from hyserve.engine.runner import ModelRunner, cache_bytes
+from hyserve.engine.sampling_params import SamplingParams
+from hyserve.engine.scheduler import Scheduler, SchedulerConfig
+from hyserve.engine.sequence import Sequence, SequenceStatus
+from hyserve.model.loader import build_model
+
+log = logging.getLogger(__name__)
+
+DTYPES = {"bfloat16": torch.bfloat16, "float32": torch.float32, "float16": torch.float16}
+_CPU_CACHE_CAP = 2 << 30
+
+
+@dataclass
+class EngineArgs:
+    model: str  # a Hugging Face model folder (config.json, weights unless dummy, tokenizer files)
+    tokenizer: str | None = None  # defaults to the model folder
+    device: str | None = None  # "cuda" or "cpu"; default cuda when present
+    dtype: str = "auto"  # bfloat16 | float32 | float16 | auto (bfloat16 on cuda, float32 on cpu)
+    load_format: str = "auto"  # auto | safetensors | dummy
+    seed: int = 0
+    max_num_seqs: int = 64
+    max_num_batched_tokens: int = 8192
+    max_model_len: int | None = None  # default: min(max_position_embeddings, 32768)
+    block_size: int = 16
+    gpu_memory_utilization: float = 0.9
+    kv_cache_memory_gb: float | None = None  # fixed KV cache size instead of measuring free memory
+    progress: bool = True
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def resolved_device(self) -> torch.device:
+        name = self.device or ("cuda" if torch.cuda.is_available() else "cpu")
+        if name not in ("cuda", "cpu"):
+            raise ValueError(f"device must be 'cuda' or 'cpu', got {name!r}")
+        if name == "cuda" and not torch.cuda.is_available():
+            raise ValueError("device 'cuda' was asked for, but no CUDA device is visible")
+        return torch.device(name)
+
+    def resolved_dtype(self, device: torch.device) -> torch.dtype:
+        if self.dtype == "auto":
+            return torch.bfloat16 if device.type == "cuda" else torch.float32
+        if self.dtype not in DTYPES:
+            raise ValueError(f"dtype must be one of auto, {', '.join(DTYPES)}; got {self.dtype!r}")
+        return DTYPES[self.dtype]
+
+
+def load_eos_token_ids(model_dir: Path, config: ModelConfig, tokenizer: Any) -> tuple[int, ...]:
+    """EOS ids: generation_config.json's eos_token_id (int or list), else config's, else the tokenizer's."""
+    ids: list[int] = []
+    path = model_dir / "generation_config.json"
+    if path.is_file():
+        with open(path) as f:
+            eos = json.load(f).get("eos_token_id")
+        ids = list(eos) if isinstance(eos, list) else ([] if eos is None else [eos])
+    if not ids:
+        ids = list(config.eos_token_ids)
+    if not ids and tokenizer is not None and tokenizer.eos_token_id is not None:
+        ids = [tokenizer.eos_token_id]
+    return tuple(int(i) for i in ids)
+
+
+def load_tokenizer(path: Path) -> Any:
+    if not (path / "tokenizer.json").is_file() and not (path / "tokenizer_config.json").is_file():
+        log.warning("no tokenizer files in %s: the engine accepts and returns token ids only", path)
+        return None
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(str(path))
+
+
+@dataclass
+class _Request:
+    request_id: str
+    prompt: str | None
+    prompt_token_ids: list[int]
+    params: SamplingParams
+    seqs: list[Sequence]
+    detoks: list[IncrementalDetokenizer]
+    metrics: RequestMetrics
+    prompt_logprobs: list | None = None
+
+
+class LLMEngine:
+    def __init__(self, args: EngineArgs) -> None:
+        self.args = args
+        self.device = args.resolved_device()
+        self.dtype = args.resolved_dtype(self.device)
+        model_dir = Path(args.model)
+        self.config = ModelConfig.from_pretrained(model_dir)
+        self.tokenizer = load_tokenizer(Path(args.tokenizer or model_dir))
+        self.eos_token_ids = load_eos_token_ids(model_dir, self.config, self.tokenizer)
+        start = time.perf_counter()
+        torch.manual_seed(args.seed)
+        self.model = build_model(
+            self.config,
+            model_dir,
+            self.device,
+            self.dtype,
+            args.load_format,
+            args.seed,
+            progress=args.progress,
+        )
+        log.info("model ready in %.1f s on %s (%s)", time.perf_counter() - start, self.device, self.dtype)
+        self.max_model_len = args.max_model_len or min(self.config.max_position_embeddings, 32768)
+        cache_config = self._plan_cache()
+        self.scheduler_config = SchedulerConfig(
+            max_num_seqs=args.max_num_seqs,
+            max_num_batched_tokens=args.max_num_batched_tokens,
+            max_model_len=self.max_model_len,
+        )
+        self.cache_manager = CacheManager(cache_config)
+        self.scheduler = Scheduler(self.scheduler_config, self.cache_manager)
+        self.runner = ModelRunner(
+            self.model, self.config, cache_config, self.device, self.dtype, self.eos_token_ids
+        )
+        self.requests: dict[str, _Request] = {}
+
+    @property
+    def vocab_size(self) -> int:
+        return self.config.vocab_size
+
+    def _plan_cache(self) -> CacheConfig:
+        args = self.args
+        block_size = args.block_size
+        block_bytes, slot_bytes = cache_bytes(self.config, block_size, self.dtype)
+        slots = args.max_num_seqs
+        if args.kv_cache_memory_gb is not None:
+            budget = int(args.kv_cache_memory_gb * (1 << 30))
+        elif self.device.type == "cuda":
+            free, total = torch.cuda.mem_get_info(self.device)
+            reserve = int(total * (1 - args.gpu_memory_utilization))
+            activations = self._activation_bytes()
+            budget = free - reserve - activations - (slots + 1) * slot_bytes
+        else:
+            wanted = args.max_num_seqs * self.max_model_len // block_size * block_bytes
+            budget = min(wanted, _CPU_CACHE_CAP)
+        num_blocks = max(1, budget // max(1, block_bytes)) if block_bytes else 1
+        need = -(-self.max_model_len // block_size)
+        if block_bytes and num_blocks < need:
+            raise ValueError(
+                f"the KV cache holds {num_blocks * block_size} tokens, fewer than max_model_len "
+                f"{self.max_model_len}; lower --max-model-len or raise --gpu-memory-utilization"
+            )
+        config = CacheConfig(block_size=block_size, num_blocks=int(num_blocks), num_state_slots=slots)
+        log.info(
+            "cache: %d KV blocks x %d tokens (%.2f GiB, %d tokens), %d DeltaNet state slots (%.2f GiB)",
+            config.num_blocks,
+            block_size,
+            config.num_blocks * block_bytes / (1 << 30),
+            config.num_blocks * block_size,
+            slots,
+            (slots + 1) * slot_bytes / (1 << 30),
+        )
+        return config
+
+    def _activation_bytes(self) -> int:
+        """Peak activation memory of the largest step, estimated from the shapes (with a 2x margin)."""
+        c = self.config
+        t = self.args.max_num_batched_tokens
+        item = torch.empty((), dtype=self.dtype).element_size()
+        widest = max(c.linear_conv_dim + c.linear_value_dim, 2 * c.num_attention_heads * c.head_dim)
+        ffn = 2 * max(c.moe_intermediate_size * c.num_experts_per_tok, c.intermediate_size)
+        per_token = (4 * c.hidden_size + 2 * widest + ffn) * item + 4 * c.vocab_size // 16
+        return 2 * t * per_token + (512 << 20)
+
+    def add_request(
+        self,
+        request_id: str,
+        prompt: str | list[int],
+        params: SamplingParams,
+        arrival_time: float | None = None,
+    ) -> None:
+        """Queue a request. ``prompt`` is text (encoded as is, no special tokens added) or token ids."""
+        if request_id in self.requests:
+            raise ValueError(f"request id {request_id!r} is already in use")
+        if isinstance(prompt, str):
+            if self.tokenizer is None:
+                raise ValueError("this model has no tokenizer; send token ids")
+            text, token_ids = prompt, self.tokenizer.encode(prompt, add_special_tokens=False)
+        else:
+            text, token_ids = None, list(prompt)
+        self.validate_prompt(token_ids, params)
+        now = time.monotonic() if arrival_time is None else arrival_time
+        seqs = [
+            Sequence(request_id, list(token_ids), params, index=i, arrival_time=now) for i in range(params.n)
+        ]
+        detoks = [
+            IncrementalDetokenizer(
+                self.tokenizer, params.stop, params.skip_special_tokens, params.include_stop_str_in_output
+            )
+            for _ in seqs
+        ]
+        req = _Request(request_id, text, list(token_ids), params, seqs, detoks, RequestMetrics(now))
+        if params.prompt_logprobs is not None:
+            req.prompt_logprobs = [None]
+        for seq in seqs:
+            self.scheduler.add(seq)
+        self.requests[request_id] = req
+
+    def validate_prompt(self, token_ids: list[int], params: SamplingParams) -> None:
+        if not token_ids:
+            raise ValueError("the prompt is empty")
+        bad = [t for t in token_ids if not 0 <= t < self.config.vocab_size]
+        if bad:
+            raise ValueError(f"token id {bad[0]} is outside the vocabulary (0..{self.config.vocab_size - 1})")
+        limit = self.max_model_len
+        if len(token_ids) >= limit:
+            raise ValueError(f"the prompt has {len(token_ids)} tokens; this model's length is {limit}")
+        if params.max_tokens is not None and len(token_ids) + params.max_tokens > limit:
+            raise ValueError(
+                f"the prompt ({len(token_ids)} tokens) plus max_tokens ({params.max_tokens}) exceeds the "
+                f"model length {limit}"
+            )
+
+    def abort_request(self, request_id: str) -> None:
+        req = self.requests.pop(request_id, None)
+        if req is None:
+            return
+        for seq in req.seqs:
+            if not seq.status.finished:
+                self.scheduler.abort(seq)
+
+    def has_unfinished_requests(self) -> bool:
+        return bool(self.requests)
+
+    @property
+    def num_running(self) -> int:
+        return len({s.request_id for s in self.scheduler.running})
+
+    @property
+    def num_waiting(self) -> int:
+        return len(
+            {s.request_id for s in self.scheduler.waiting} - {s.request_id for s in self.scheduler.running}
+        )
+
+    def step(self) -> list[RequestOutput]:
+        """Run one scheduler + model step. Returns an output for each request that progressed."""
+        out = self.scheduler.schedule()
+        if out.empty:
+            return []
+        result = self.runner.execute(out)
+        self.scheduler.update_computed(out)
+        now = time.monotonic()
+        touched: dict[str, _Request] = {}
+        for entry in out.scheduled:
+            seq = entry.seq
+            req = self.requests[seq.request_id]
+            if seq.seq_id in result.prompt_logprobs and seq.index == 0 and req.prompt_logprobs is not None:
+                req.prompt_logprobs.extend(result.prompt_logprobs[seq.seq_id])
+            if seq.seq_id not in result.sampled:
+                continue
+            if req.metrics.first_token_time is None:
+                req.metrics.first_token_time = now
+            touched[req.request_id] = req
+            if seq.params.max_tokens == 0:  # prompt logprobs only (echo)
+                self.scheduler.finish(seq, SequenceStatus.FINISHED_LENGTH)
+                continue
+            seq.output_token_ids.append(result.sampled[seq.seq_id])
+            if seq.seq_id in result.logprobs:
+                seq.output_logprobs.append(result.logprobs[seq.seq_id])
+            self._check_stop(seq, req.detoks[seq.index])
+        outputs = []
+        for req in touched.values():
+            finished = all(s.status.finished for s in req.seqs)
+            if finished:
+                req.metrics.finished_time = now
+                del self.requests[req.request_id]
+            outputs.append(self._output(req, finished))
+        return outputs
+
+    def _check_stop(self, seq: Sequence, detok: IncrementalDetokenizer) -> None:
+        p = seq.params
+        token = seq.output_token_ids[-1]
+        n_out = len(seq.output_token_ids)
+        status = None
+        if n_out >= p.min_tokens:
+            if not p.ignore_eos and token in self.eos_token_ids:
+                status, seq.stop_reason = SequenceStatus.FINISHED_STOPPED, None
+            elif token in p.stop_token_ids:
+                status, seq.stop_reason = SequenceStatus.FINISHED_STOPPED, token
+        shown = seq.output_token_ids[:-1] if status is not None else seq.output_token_ids
+        stop_str = detok.update(shown)
+        if status is None and stop_str is not None and n_out >= p.min_tokens:
+            status, seq.stop_reason = SequenceStatus.FINISHED_STOPPED, stop_str
+        if status is None and (
+            (p.max_tokens is not None and n_out >= p.max_tokens) or seq.num_tokens >= self.max_model_len
+        ):
+            status = SequenceStatus.FINISHED_LENGTH
+        if status is not None:
+            detok.flush(shown)
+            self.scheduler.finish(seq, status)
+
+    def _output(self, req: _Request, finished: bool) -> RequestOutput:
+        choices = []
+        for seq, detok in zip(req.seqs, req.detoks):
+            done = seq.status.finished
+            choices.append(
+                CompletionOutput(
+                    index=seq.index,
+                    text=detok.visible_text(done),
+                    token_ids=list(seq.output_token_ids),
+                    finish_reason=seq.status.value if done else None,
+                    stop_reason=seq.stop_reason,
+                    logprobs=list(seq.output_logprobs) if req.params.logprobs is not None else None,
+                )
+            )
+        return RequestOutput(
+            request_id=req.request_id,
+            prompt=req.prompt,
+            prompt_token_ids=req.prompt_token_ids,
+            outputs=choices,
+            finished=finished,
+            metrics=req.metrics,
+            prompt_logprobs=req.prompt_logprobs,
+            num_preemptions=sum(s.num_preemptions for s in req.seqs),
+        )

@@ -1,0 +1,181 @@
+"""The model runner: owns the device caches, turns a ``SchedulerOutput`` into a ``ForwardBatch``, runs the
+model and samples."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+import torch
+
+from hyserve.config import ModelConfig
+from hyserve.engine.cache_manager import CacheConfig
+from hyserve.engine.sampler import sample
+from hyserve.engine.scheduler import SchedulerOutput
+from hyserve.model.batch import ForwardBatch, ModelCache
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class RunnerOutput:
+    """Results of one step, keyed by ``Sequence.seq_id``."""
+
+    sampled: dict[int, int]  # next token of each sequence whose chunk reached its end
+    logprobs: dict[int, tuple[float, list[tuple[int, float]]]]  # chosen logprob, top alternatives
+    # prompt logprobs computed this step: per sequence, entries for prompt positions 1.. in order
+    prompt_logprobs: dict[int, list[tuple[float, list[tuple[int, float]]]]]
+
+
+def cache_bytes(config: ModelConfig, block_size: int, dtype: torch.dtype) -> tuple[int, int]:
+    """(bytes of one KV block over all attention layers, bytes of one DeltaNet state slot over all layers)."""
+    item = torch.empty((), dtype=dtype).element_size()
+    n_full, n_linear = len(config.full_attention_layers), len(config.linear_attention_layers)
+    block = n_full * 2 * block_size * config.num_key_value_heads * config.head_dim * item
+    conv = (config.linear_conv_kernel_dim - 1) * config.linear_conv_dim * item
+    ssm = config.linear_num_value_heads * config.linear_key_head_dim * config.linear_value_head_dim * 4
+    return block, n_linear * (conv + ssm)
+
+
+def allocate_cache(
+    config: ModelConfig, cache_config: CacheConfig, device: torch.device, dtype: torch.dtype
+) -> ModelCache:
+    n_full, n_linear = len(config.full_attention_layers), len(config.linear_attention_layers)
+    kv_shape = (cache_config.num_blocks, cache_config.block_size, config.num_key_value_heads, config.head_dim)
+    kv = [
+        (torch.zeros(kv_shape, dtype=dtype, device=device), torch.zeros(kv_shape, dtype=dtype, device=device))
+        for _ in range(n_full)
+    ]
+    slots = cache_config.num_state_slots
+    conv = torch.zeros(
+        n_linear, slots, config.linear_conv_kernel_dim - 1, config.linear_conv_dim, dtype=dtype, device=device
+    )
+    ssm = torch.zeros(
+        n_linear,
+        slots,
+        config.linear_num_value_heads,
+        config.linear_key_head_dim,
+        config.linear_value_head_dim,
+        dtype=torch.float32,
+        device=device,
+    )
+    return ModelCache(kv=kv, conv_state=conv, ssm_state=ssm)
+
+
+class ModelRunner:
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        config: ModelConfig,
+        cache_config: CacheConfig,
+        device: torch.device,
+        dtype: torch.dtype,
+        eos_token_ids: tuple[int, ...],
+    ) -> None:
+        self.model = model
+        self.config = config
+        self.cache_config = cache_config
+        self.device = device
+        self.dtype = dtype
+        self.eos_token_ids = eos_token_ids
+        self.cache = allocate_cache(config, cache_config, device, dtype)
+
+    def prepare(self, out: SchedulerOutput, all_logits: bool = False) -> ForwardBatch:
+        """Pack the scheduled chunks. ``all_logits``: logits for every new token, not just the last."""
+        block_size = self.cache_config.block_size
+        input_ids: list[int] = []
+        positions: list[int] = []
+        slots: list[int] = []
+        cu = [0]
+        seq_lens, state_indices, has_initial, logits_rows = [], [], [], []
+        max_blocks = max(len(e.seq.block_table) for e in out.scheduled)
+        tables = []
+        for entry in out.scheduled:
+            seq, start, n = entry.seq, entry.seq.num_computed_tokens, entry.num_new_tokens
+            tokens = seq.all_token_ids
+            input_ids.extend(tokens[start : start + n])
+            table = seq.block_table
+            for pos in range(start, start + n):
+                positions.append(pos)
+                slots.append(table[pos // block_size] * block_size + pos % block_size)
+            if all_logits or seq.wants_prompt_logprobs:
+                logits_rows.extend(range(cu[-1], cu[-1] + n))
+            elif entry.sample:
+                logits_rows.append(cu[-1] + n - 1)
+            cu.append(cu[-1] + n)
+            seq_lens.append(start + n)
+            state_indices.append(seq.state_slot)
+            has_initial.append(start > 0)
+            tables.append(table + [-1] * (max_blocks - len(table)))
+
+        def tensor(values, dtype):
+            return torch.tensor(values, dtype=dtype).to(self.device, non_blocking=True)
+
+        return ForwardBatch(
+            input_ids=tensor(input_ids, torch.long),
+            positions=tensor(positions, torch.long),
+            cu_seqlens_q=tensor(cu, torch.int32),
+            seq_lens=tensor(seq_lens, torch.int32),
+            block_tables=tensor(tables, torch.int32),
+            slot_mapping=tensor(slots, torch.long),
+            state_indices=tensor(state_indices, torch.long),
+            has_initial_state=tensor(has_initial, torch.bool),
+            logits_indices=tensor(logits_rows, torch.long),
+            is_decode=out.is_decode,
+        )
+
+    @torch.inference_mode()
+    def execute(self, out: SchedulerOutput) -> RunnerOutput:
+        batch = self.prepare(out)
+        hidden = self.model(batch, self.cache)
+        logits = self.model.compute_logits(hidden[batch.logits_indices])  # [L, V] fp32
+        result = RunnerOutput({}, {}, {})
+        rows, sample_seqs, cursor = [], [], 0
+        for entry in out.scheduled:
+            seq = entry.seq
+            if seq.wants_prompt_logprobs:
+                n = entry.num_new_tokens
+                self._prompt_logprobs(seq, logits[cursor : cursor + n], result)
+                if entry.sample:
+                    rows.append(cursor + n - 1)
+                    sample_seqs.append(seq)
+                cursor += n
+            elif entry.sample:
+                rows.append(cursor)
+                sample_seqs.append(seq)
+                cursor += 1
+        if sample_seqs:
+            wanted = [s.params.logprobs for s in sample_seqs if s.params.logprobs is not None]
+            sampled = sample(logits[rows], sample_seqs, self.eos_token_ids, max(wanted) if wanted else None)
+            for i, seq in enumerate(sample_seqs):
+                result.sampled[seq.seq_id] = sampled.token_ids[i]
+                if sampled.logprobs is not None and seq.params.logprobs is not None:
+                    result.logprobs[seq.seq_id] = (sampled.logprobs[i], sampled.top_logprobs[i])
+        return result
+
+    @torch.inference_mode()
+    def score(self, out: SchedulerOutput) -> list[torch.Tensor]:
+        """Teacher-forced logits [num_new_tokens, V] (fp32) of every scheduled chunk; nothing is sampled."""
+        batch = self.prepare(out, all_logits=True)
+        logits = self.model.compute_logits(self.model(batch, self.cache)[batch.logits_indices])
+        sizes = [e.num_new_tokens for e in out.scheduled]
+        return list(logits.split(sizes))
+
+    @staticmethod
+    def _prompt_logprobs(seq, logits: torch.Tensor, result: RunnerOutput) -> None:
+        """logits [n, V] of this chunk's positions; position p scores prompt token p + 1."""
+        start = seq.num_computed_tokens
+        targets = seq.prompt_token_ids[start + 1 : start + 1 + logits.shape[0]]
+        if not targets:
+            return
+        logprobs = logits[: len(targets)].log_softmax(-1)
+        chosen = logprobs.gather(1, torch.tensor(targets, device=logits.device)[:, None])[:, 0].tolist()
+        k = seq.params.prompt_logprobs or 0
+        entries = []
+        if k > 0:
+            values, ids = logprobs.topk(k, dim=-1)
+            for c, v, t in zip(chosen, values.tolist(), ids.tolist()):
+                entries.append((c, list(zip(t, v))))
+        else:
+            entries = [(c, []) for c in chosen]
+        result.prompt_logprobs[seq.seq_id] = entries

@@ -1,0 +1,33 @@
+"""Kernels as ops: one folder per op, each with a plain-PyTorch reference beside its fast version.
+
+Model code calls the functions exported here and never a kernel directly. Every op dispatches on
+its inputs: the Triton kernel where one exists for the device and dtype, else the reference.
+``use_reference()`` forces the references (the accuracy gate compares both paths).
+"""
+
+from hyserve.kernels.activation import silu_and_mul
+from hyserve.kernels.attention import paged_attention, store_kv
+from hyserve.kernels.causal_conv1d import causal_conv1d_decode, causal_conv1d_prefill
+from hyserve.kernels.dispatch import reference_only, use_reference
+from hyserve.kernels.gated_delta_rule import gated_delta_rule_decode, gated_delta_rule_prefill
+from hyserve.kernels.gated_rmsnorm import gated_rms_norm
+from hyserve.kernels.moe import fused_moe
+from hyserve.kernels.qk_norm_rope import qk_norm_rope, rope_cos_sin
+from hyserve.kernels.rmsnorm import rms_norm
+
+__all__ = [
+    "causal_conv1d_decode",
+    "causal_conv1d_prefill",
+    "fused_moe",
+    "gated_delta_rule_decode",
+    "gated_delta_rule_prefill",
+    "gated_rms_norm",
+    "paged_attention",
+    "qk_norm_rope",
+    "reference_only",
+    "rms_norm",
+    "rope_cos_sin",
+    "silu_and_mul",
+    "store_kv",
+    "use_reference",
+]

@@ -1,0 +1,46 @@
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from hyserve.kernels.activation.reference import silu_and_mul_reference
+
+
+def route_reference(
+    x: torch.Tensor, gate_weight: torch.Tensor, top_k: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """x: [T, H]; gate_weight: [E, H]. Softmax over all E in fp32, then top-k, renormalised.
+
+    Returns (weights [T, k] in x's dtype, expert ids [T, k] int64)."""
+    logits = F.linear(x, gate_weight)
+    probs = torch.softmax(logits, dim=-1, dtype=torch.float32)
+    weights, ids = torch.topk(probs, top_k, dim=-1)
+    weights = weights / weights.sum(-1, keepdim=True)
+    return weights.to(x.dtype), ids
+
+
+def fused_moe_reference(
+    x: torch.Tensor,
+    gate_weight: torch.Tensor,
+    w_gate_up: torch.Tensor,
+    w_down: torch.Tensor,
+    top_k: int,
+    shared_gate_up: torch.Tensor | None = None,
+    shared_down: torch.Tensor | None = None,
+    shared_expert_gate: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """x: [T, H] -> [T, H]. Each expert runs on the tokens routed to it (in x's dtype); the weighted
+    sum over experts accumulates in fp32."""
+    weights, ids = route_reference(x, gate_weight, top_k)
+    out = torch.zeros(x.shape, dtype=torch.float32, device=x.device)
+    for expert in ids.unique().tolist():
+        token, slot = torch.where(ids == expert)
+        h = silu_and_mul_reference(F.linear(x[token], w_gate_up[expert]))
+        y = F.linear(h, w_down[expert]) * weights[token, slot, None]
+        out.index_add_(0, token, y.float())
+    if shared_gate_up is not None:
+        shared = F.linear(silu_and_mul_reference(F.linear(x, shared_gate_up)), shared_down)
+        if shared_expert_gate is not None:
+            shared = torch.sigmoid(F.linear(x, shared_expert_gate)) * shared
+        out += shared.float()
+    return out.to(x.dtype)

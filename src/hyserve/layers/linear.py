@@ -1,0 +1,34 @@
+"""A bias-free linear layer ``y = x W^T``; the place where weight formats other than BF16 will plug in."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from hyserve.layers.sources import WeightSource, set_sources
+
+
+class Linear(nn.Module):
+    """weight: [out_features, in_features]. ``parts`` names sibling checkpoint tensors (e.g. ``gate_proj``) that
+    are stacked along the output rows into this one weight, in order (e.g. ``gate_proj``, ``up_proj``)."""
+
+    def __init__(self, in_features: int, out_features: int, parts: tuple[tuple[str, int], ...] = ()) -> None:
+        super().__init__()
+        self.in_features = in_features
+        self.out_features = out_features
+        self.weight = nn.Parameter(torch.empty(out_features, in_features), requires_grad=False)
+        if parts:
+            layout, row = [], 0
+            for name, rows in parts:
+                layout.append(WeightSource(f"../{name}.weight", (slice(row, row + rows),)))
+                row += rows
+            if row != out_features:
+                raise ValueError(f"stacked parts cover {row} rows, the layer has {out_features}")
+            set_sources(self, "weight", [layout])
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.linear(x, self.weight)
+
+    def extra_repr(self) -> str:
+        return f"in={self.in_features}, out={self.out_features}"

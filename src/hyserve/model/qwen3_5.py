@@ -1,0 +1,295 @@
+"""Qwen3.5 / Qwen3.6 text models: ``qwen3_5_moe`` (35B-A3B, ...) and the dense ``qwen3_5``.
+
+Each decoder layer is ``h = x + Mixer(norm(x)); y = h + FFN(norm(h))`` where the mixer is a Gated
+DeltaNet (``linear_attention``) or gated full attention (``full_attention``) and the FFN a sparse MoE
+with a shared expert, or a dense SwiGLU MLP. Module and parameter names follow the checkpoint keys.
+All norms are zero-centred RMSNorm ``(1 + w)`` except the DeltaNet output norm (``w``).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from hyserve import kernels as ops
+from hyserve.config import FULL_ATTENTION, ModelConfig
+from hyserve.layers import Linear, WeightSource, set_sources
+from hyserve.model.batch import ForwardBatch, ModelCache
+
+
+def _param(*shape: int) -> nn.Parameter:
+    return nn.Parameter(torch.empty(*shape), requires_grad=False)
+
+
+class RMSNorm(nn.Module):
+    """Zero-centred: ``x * rsqrt(mean(x^2) + eps) * (1 + weight)``, in fp32."""
+
+    def __init__(self, dim: int, eps: float) -> None:
+        super().__init__()
+        self.eps = eps
+        self.weight = _param(dim)
+
+    def forward(self, x: torch.Tensor, residual: torch.Tensor | None = None):
+        return ops.rms_norm(x, self.weight, self.eps, residual)
+
+
+class GatedRMSNorm(nn.Module):
+    """Per-head output norm of the DeltaNet: ``weight * rmsnorm(o) * silu(z)`` (plain weight)."""
+
+    def __init__(self, dim: int, eps: float) -> None:
+        super().__init__()
+        self.eps = eps
+        self.weight = _param(dim)
+
+    def forward(self, x: torch.Tensor, gate: torch.Tensor) -> torch.Tensor:
+        return ops.gated_rms_norm(x, gate, self.weight, self.eps)
+
+
+class DepthwiseConv1d(nn.Module):
+    """Causal depthwise conv over the [q | k | v] channels; checkpoint weight [D, 1, W] kept as [D, W]."""
+
+    def __init__(self, channels: int, width: int) -> None:
+        super().__init__()
+        self.weight = _param(channels, width)
+        set_sources(self, "weight", [[WeightSource("weight", shape=(channels, 1, width))]])
+
+
+class GatedDeltaNet(nn.Module):
+    def __init__(self, config: ModelConfig, linear_index: int) -> None:
+        super().__init__()
+        self.linear_index = linear_index  # index into the DeltaNet state pools
+        self.num_k_heads = config.linear_num_key_heads
+        self.num_v_heads = config.linear_num_value_heads
+        self.head_k_dim = config.linear_key_head_dim
+        self.head_v_dim = config.linear_value_head_dim
+        self.key_dim = config.linear_key_dim
+        self.value_dim = config.linear_value_dim
+        hidden = config.hidden_size
+        self.in_proj_qkv = Linear(hidden, config.linear_conv_dim)
+        self.in_proj_z = Linear(hidden, self.value_dim)
+        self.in_proj_b = Linear(hidden, self.num_v_heads)
+        self.in_proj_a = Linear(hidden, self.num_v_heads)
+        self.conv1d = DepthwiseConv1d(config.linear_conv_dim, config.linear_conv_kernel_dim)
+        self.dt_bias = _param(self.num_v_heads)
+        self.A_log = _param(self.num_v_heads)
+        self.norm = GatedRMSNorm(self.head_v_dim, config.rms_norm_eps)
+        self.out_proj = Linear(self.value_dim, hidden)
+
+    def forward(self, x: torch.Tensor, batch: ForwardBatch, cache: ModelCache) -> torch.Tensor:
+        t = x.shape[0]
+        mixed_qkv = self.in_proj_qkv(x)  # [T, 2*key_dim + value_dim]
+        z = self.in_proj_z(x).view(t, self.num_v_heads, self.head_v_dim)
+        b = self.in_proj_b(x)  # [T, HV]
+        a = self.in_proj_a(x)  # [T, HV]
+        conv_state = cache.conv_state[self.linear_index]
+        ssm_state = cache.ssm_state[self.linear_index]
+        if batch.is_decode:
+            mixed_qkv = ops.causal_conv1d_decode(
+                mixed_qkv, self.conv1d.weight, conv_state, batch.state_indices
+            )
+        else:
+            mixed_qkv = ops.causal_conv1d_prefill(
+                mixed_qkv,
+                self.conv1d.weight,
+                conv_state,
+                batch.cu_seqlens_q,
+                batch.state_indices,
+                batch.has_initial_state,
+            )
+        q, k, v = mixed_qkv.split([self.key_dim, self.key_dim, self.value_dim], dim=-1)
+        q = q.view(t, self.num_k_heads, self.head_k_dim)
+        k = k.view(t, self.num_k_heads, self.head_k_dim)
+        v = v.view(t, self.num_v_heads, self.head_v_dim)
+        beta = b.sigmoid()
+        g = -self.A_log.float().exp() * F.softplus(a.float() + self.dt_bias)  # log-decay <= 0, fp32
+        if batch.is_decode:
+            o = ops.gated_delta_rule_decode(q, k, v, g, beta, ssm_state, batch.state_indices)
+        else:
+            o = ops.gated_delta_rule_prefill(
+                q, k, v, g, beta, ssm_state, batch.cu_seqlens_q, batch.state_indices, batch.has_initial_state
+            )
+        o = self.norm(o, z)  # [T, HV, V]
+        return self.out_proj(o.reshape(t, self.value_dim))
+
+
+class Attention(nn.Module):
+    """Gated attention: q_proj yields per head [query | gate]; q/k norm; partial RoPE; sigmoid output gate."""
+
+    def __init__(self, config: ModelConfig, attention_index: int) -> None:
+        super().__init__()
+        self.attention_index = attention_index  # index into the KV cache list
+        self.num_heads = config.num_attention_heads
+        self.num_kv_heads = config.num_key_value_heads
+        self.head_dim = config.head_dim
+        self.rotary_dim = config.rotary_dim
+        self.eps = config.rms_norm_eps
+        self.scale = self.head_dim**-0.5
+        hidden = config.hidden_size
+        self.q_proj = Linear(hidden, self.num_heads * self.head_dim * 2)
+        self.k_proj = Linear(hidden, self.num_kv_heads * self.head_dim)
+        self.v_proj = Linear(hidden, self.num_kv_heads * self.head_dim)
+        self.o_proj = Linear(self.num_heads * self.head_dim, hidden)
+        self.q_norm = RMSNorm(self.head_dim, config.rms_norm_eps)
+        self.k_norm = RMSNorm(self.head_dim, config.rms_norm_eps)
+
+    def forward(
+        self, x: torch.Tensor, batch: ForwardBatch, cache: ModelCache, rope: tuple[torch.Tensor, torch.Tensor]
+    ) -> torch.Tensor:
+        t = x.shape[0]
+        q, gate = self.q_proj(x).view(t, self.num_heads, 2 * self.head_dim).chunk(2, dim=-1)
+        k = self.k_proj(x).view(t, self.num_kv_heads, self.head_dim)
+        v = self.v_proj(x).view(t, self.num_kv_heads, self.head_dim)
+        q, k = ops.qk_norm_rope(
+            q, k, self.q_norm.weight, self.k_norm.weight, self.eps, *rope, self.rotary_dim
+        )
+        k_cache, v_cache = cache.kv[self.attention_index]
+        ops.store_kv(k, v, k_cache, v_cache, batch.slot_mapping)
+        o = ops.paged_attention(
+            q,
+            k_cache,
+            v_cache,
+            batch.cu_seqlens_q,
+            batch.seq_lens,
+            batch.block_tables,
+            self.scale,
+            gate=gate.reshape(t, -1),
+        )
+        return self.o_proj(o.reshape(t, -1))
+
+
+class MLP(nn.Module):
+    """SwiGLU ``down(silu(gate(x)) * up(x))``; gate_proj and up_proj are stacked into one matrix at load."""
+
+    def __init__(self, hidden: int, intermediate: int) -> None:
+        super().__init__()
+        self.gate_up_proj = Linear(
+            hidden, 2 * intermediate, parts=(("gate_proj", intermediate), ("up_proj", intermediate))
+        )
+        self.down_proj = Linear(intermediate, hidden)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down_proj(ops.silu_and_mul(self.gate_up_proj(x)))
+
+
+class Router(nn.Module):
+    def __init__(self, hidden: int, num_experts: int) -> None:
+        super().__init__()
+        self.weight = _param(num_experts, hidden)
+
+
+class Experts(nn.Module):
+    """Stacked expert weights: gate_up_proj [E, 2I, H] (gate rows first), down_proj [E, H, I].
+
+    Checkpoints store them fused like this, or one tensor per expert (``{e}.gate_proj.weight`` ...)."""
+
+    def __init__(self, num_experts: int, hidden: int, intermediate: int) -> None:
+        super().__init__()
+        self.gate_up_proj = _param(num_experts, 2 * intermediate, hidden)
+        self.down_proj = _param(num_experts, hidden, intermediate)
+        i = intermediate
+        per_expert_gate_up = []
+        for e in range(num_experts):
+            per_expert_gate_up.append(WeightSource(f"{e}.gate_proj.weight", (e, slice(0, i))))
+            per_expert_gate_up.append(WeightSource(f"{e}.up_proj.weight", (e, slice(i, 2 * i))))
+        per_expert_down = [WeightSource(f"{e}.down_proj.weight", (e,)) for e in range(num_experts)]
+        set_sources(self, "gate_up_proj", [[WeightSource("gate_up_proj")], per_expert_gate_up])
+        set_sources(self, "down_proj", [[WeightSource("down_proj")], per_expert_down])
+
+
+class SparseMoeBlock(nn.Module):
+    def __init__(self, config: ModelConfig) -> None:
+        super().__init__()
+        hidden = config.hidden_size
+        self.top_k = config.num_experts_per_tok
+        self.gate = Router(hidden, config.num_experts)
+        self.experts = Experts(config.num_experts, hidden, config.moe_intermediate_size)
+        self.shared_expert = MLP(hidden, config.shared_expert_intermediate_size)
+        self.shared_expert_gate = Linear(hidden, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return ops.fused_moe(
+            x,
+            self.gate.weight,
+            self.experts.gate_up_proj,
+            self.experts.down_proj,
+            self.top_k,
+            self.shared_expert.gate_up_proj.weight,
+            self.shared_expert.down_proj.weight,
+            self.shared_expert_gate.weight,
+        )
+
+
+class DecoderLayer(nn.Module):
+    def __init__(self, config: ModelConfig, layer_idx: int) -> None:
+        super().__init__()
+        self.layer_type = config.layer_types[layer_idx]
+        kind_index = sum(1 for t in config.layer_types[:layer_idx] if t == self.layer_type)
+        if self.layer_type == FULL_ATTENTION:
+            self.self_attn = Attention(config, kind_index)
+        else:
+            self.linear_attn = GatedDeltaNet(config, kind_index)
+        if config.is_moe:
+            self.mlp = SparseMoeBlock(config)
+        else:
+            self.mlp = MLP(config.hidden_size, config.intermediate_size)
+        self.input_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+        self.post_attention_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+
+    def forward(
+        self,
+        x: torch.Tensor,
+        residual: torch.Tensor | None,
+        batch: ForwardBatch,
+        cache: ModelCache,
+        rope: tuple[torch.Tensor, torch.Tensor],
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Takes the previous layer's output and residual (None for the first layer); returns this layer's."""
+        if residual is None:
+            h, residual = self.input_layernorm(x), x
+        else:
+            h, residual = self.input_layernorm(x, residual)
+        if self.layer_type == FULL_ATTENTION:
+            h = self.self_attn(h, batch, cache, rope)
+        else:
+            h = self.linear_attn(h, batch, cache)
+        h, residual = self.post_attention_layernorm(h, residual)
+        return self.mlp(h), residual
+
+
+class TextModel(nn.Module):
+    def __init__(self, config: ModelConfig) -> None:
+        super().__init__()
+        self.config = config
+        self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size)
+        self.embed_tokens.weight.requires_grad_(False)
+        self.layers = nn.ModuleList(DecoderLayer(config, i) for i in range(config.num_hidden_layers))
+        self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+
+    def forward(self, batch: ForwardBatch, cache: ModelCache) -> torch.Tensor:
+        """Returns the final-normed hidden states [T, hidden]."""
+        rope = ops.rope_cos_sin(batch.positions, self.config.rotary_dim, self.config.rope_theta)
+        x, residual = self.embed_tokens(batch.input_ids), None
+        for layer in self.layers:
+            x, residual = layer(x, residual, batch, cache, rope)
+        x, _ = self.norm(x, residual)
+        return x
+
+
+class Qwen3_5ForCausalLM(nn.Module):
+    """The text model and its LM head; checkpoint keys ``model.*`` and ``lm_head.weight``."""
+
+    def __init__(self, config: ModelConfig) -> None:
+        super().__init__()
+        self.config = config
+        self.model = TextModel(config)
+        self.lm_head = Linear(config.hidden_size, config.vocab_size)
+        if config.tie_word_embeddings:
+            self.lm_head.weight = self.model.embed_tokens.weight
+
+    def forward(self, batch: ForwardBatch, cache: ModelCache) -> torch.Tensor:
+        return self.model(batch, cache)
+
+    def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """hidden: [L, hidden] -> logits [L, vocab] in fp32."""
+        return self.lm_head(hidden).float()
