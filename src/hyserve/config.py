@@ -126,7 +126,9 @@ class ModelConfig:
                 LINEAR_ATTENTION if (i + 1) % interval else FULL_ATTENTION for i in range(n_layers)
             ]
         layer_types = tuple(layer_types)
-        if len(layer_types) != n_layers or any(t not in (LINEAR_ATTENTION, FULL_ATTENTION) for t in layer_types):
+        if len(layer_types) != n_layers or any(
+            t not in (LINEAR_ATTENTION, FULL_ATTENTION) for t in layer_types
+        ):
             raise ValueError(
                 f"layer_types must list {n_layers} entries, each {LINEAR_ATTENTION!r} or {FULL_ATTENTION!r}; "
                 f"got {list(layer_types)}"
@@ -152,7 +154,9 @@ class ModelConfig:
             rms_norm_eps=float(text.get("rms_norm_eps", 1e-6)),
             num_attention_heads=int(need("num_attention_heads")),
             num_key_value_heads=int(need("num_key_value_heads")),
-            head_dim=int(text.get("head_dim") or int(need("hidden_size")) // int(need("num_attention_heads"))),
+            head_dim=int(
+                text.get("head_dim") or int(need("hidden_size")) // int(need("num_attention_heads"))
+            ),
             rope_theta=rope_theta,
             partial_rotary_factor=partial,
             max_position_embeddings=int(text.get("max_position_embeddings", 32768)),
@@ -195,7 +199,9 @@ class ModelConfig:
                 f"linear_num_key_heads ({self.linear_num_key_heads})"
             )
         if self.rotary_dim % 2 or self.rotary_dim > self.head_dim:
-            raise ValueError(f"rotary dim {self.rotary_dim} must be even and at most head_dim {self.head_dim}")
+            raise ValueError(
+                f"rotary dim {self.rotary_dim} must be even and at most head_dim {self.head_dim}"
+            )
         if self.is_moe and not (0 < self.num_experts_per_tok <= self.num_experts):
             raise ValueError(
                 f"num_experts_per_tok ({self.num_experts_per_tok}) must be in 1..num_experts ({self.num_experts})"
