@@ -51,8 +51,11 @@ class SchedulerOutput:
 
     @property
     def is_decode(self) -> bool:
-        """Every sequence computes exactly one token (no prefill chunk): the CUDA-graph case."""
-        return bool(self.scheduled) and all(s.num_new_tokens == 1 for s in self.scheduled)
+        """Every sequence computes exactly one token after cached ones: the recurrent kernels and CUDA-graph
+        case (a one-token prompt has no state to continue from, so it goes the prefill way)."""
+        return bool(self.scheduled) and all(
+            s.num_new_tokens == 1 and s.seq.num_computed_tokens > 0 for s in self.scheduled
+        )
 
     @property
     def empty(self) -> bool:
