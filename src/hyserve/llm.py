@@ -22,6 +22,13 @@ class LLM:
         self.engine = LLMEngine(EngineArgs(model=model, **kwargs))
         self._ids = itertools.count()
 
+    @classmethod
+    def from_engine_args(cls, args: EngineArgs) -> LLM:
+        llm = cls.__new__(cls)
+        llm.engine = LLMEngine(args)
+        llm._ids = itertools.count()
+        return llm
+
     @property
     def tokenizer(self) -> Any:
         return self.engine.tokenizer

@@ -1,0 +1,5 @@
+import sys
+
+from hyserve.cli import main
+
+sys.exit(main())

@@ -1,0 +1,50 @@
+"""Command-line flags of the engine, shared by ``hyserve generate``, ``serve`` and ``verify``."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from hyserve.engine.llm_engine import EngineArgs
+
+DEMO_MODEL = Path(__file__).resolve().parent.parent / "demo_model"
+
+
+def add_engine_arguments(parser: argparse.ArgumentParser, model_required: bool = False) -> None:
+    g = parser.add_argument_group("engine")
+    g.add_argument(
+        "--model",
+        required=model_required,
+        default=None if model_required else str(DEMO_MODEL),
+        help="Hugging Face model folder (default: the embedded demo model)",
+    )
+    g.add_argument("--tokenizer", default=None, help="tokenizer folder (default: the model folder)")
+    g.add_argument("--device", choices=["cuda", "cpu"], default=None, help="default: cuda when present")
+    g.add_argument("--dtype", choices=["auto", "bfloat16", "float32", "float16"], default="auto")
+    g.add_argument("--load-format", choices=["auto", "safetensors", "dummy"], default="auto")
+    g.add_argument("--seed", type=int, default=0)
+    g.add_argument("--max-num-seqs", type=int, default=64)
+    g.add_argument("--max-num-batched-tokens", type=int, default=8192)
+    g.add_argument("--max-model-len", type=int, default=None)
+    g.add_argument("--block-size", type=int, default=16)
+    g.add_argument("--gpu-memory-utilization", type=float, default=0.9)
+    g.add_argument("--kv-cache-memory-gb", type=float, default=None, help="fixed KV cache size in GiB")
+
+
+def engine_args_from(ns: argparse.Namespace) -> EngineArgs:
+    if not 0.0 < ns.gpu_memory_utilization <= 1.0:
+        raise ValueError(f"--gpu-memory-utilization must be in (0, 1], got {ns.gpu_memory_utilization}")
+    return EngineArgs(
+        model=ns.model,
+        tokenizer=ns.tokenizer,
+        device=ns.device,
+        dtype=ns.dtype,
+        load_format=ns.load_format,
+        seed=ns.seed,
+        max_num_seqs=ns.max_num_seqs,
+        max_num_batched_tokens=ns.max_num_batched_tokens,
+        max_model_len=ns.max_model_len,
+        block_size=ns.block_size,
+        gpu_memory_utilization=ns.gpu_memory_utilization,
+        kv_cache_memory_gb=ns.kv_cache_memory_gb,
+    )
