@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 import torch
-from checkpoints import load_reference, make_checkpoint
 
+from checkpoints import load_reference, make_checkpoint
 from hyserve import LLM, SamplingParams
 from hyserve.engine.scheduler import ScheduledSequence, SchedulerOutput
 from hyserve.engine.sequence import Sequence
