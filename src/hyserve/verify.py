@@ -28,12 +28,21 @@ from hyserve.kernels import use_reference
 
 log = logging.getLogger(__name__)
 
-# Tolerances per compute dtype: (relative logit error, mean KL, top-1 agreement, near-tie logit margin)
-TOLERANCES = {
-    torch.float32: (1e-4, 1e-6, 1.0, 1e-3),
-    torch.bfloat16: (0.08, 0.02, 0.95, 0.5),
-    torch.float16: (0.03, 0.005, 0.97, 0.2),
-}
+# fp32 engines must match the fp32 reference to these absolute bounds.
+FP32_TOLERANCE = {"rel": 1e-4, "kl": 1e-6, "top1": 1.0}
+# Lower precision: the engine's error against the fp32 truth may exceed transformers' own error in the same
+# dtype by at most this factor plus slack (both start from the same bf16 weights).
+LOW_PRECISION_FACTOR = {"rel": 1.25, "kl": 1.5}
+LOW_PRECISION_SLACK = {"rel": 0.01, "kl": 1e-4, "top1": 0.02}
+
+
+@dataclass
+class Agreement:
+    rel_logit_error: float  # ||x - truth|| / ||truth|| over all positions of all prompts
+    rms_abs_error: float  # root-mean-square logit difference
+    kl_mean: float  # mean over positions of KL(truth || x), nats
+    kl_max: float
+    top1_agreement: float  # fraction of positions whose argmax agrees with the truth
 
 
 @dataclass
@@ -41,14 +50,11 @@ class VerifyReport:
     dtype: str
     path: str  # which engine path: "fast" (dispatching ops) or "reference" (plain-torch ops)
     prompt_lens: list[int]
-    rel_logit_error: float  # ||ours - ref|| / ||ref|| over all positions of all prompts
-    max_abs_logit_error: float
-    kl_mean: float  # mean over positions of KL(ref || ours), nats
-    kl_max: float
-    top1_agreement: float  # fraction of positions whose argmax agrees
-    greedy_match: list[int]  # per prompt: leading generated tokens identical to the reference's
+    engine: Agreement  # the engine against the fp32 truth
+    transformers: Agreement  # transformers in the engine's dtype against the fp32 truth
+    greedy_match: list[int]  # per prompt: leading greedy tokens identical to transformers' (same dtype)
     greedy_tokens: int
-    greedy_ok: bool  # every divergence happened at a near tie of the reference
+    greedy_ok: bool  # every divergence happened where transformers' top logits were within its own noise
     passed: bool
     seconds: float
 
@@ -141,11 +147,86 @@ def _reference_greedy(ref: nn.Module, prompt: list[int], n: int, device) -> tupl
     return out.sequences[0, len(prompt) :].tolist(), [step[0].float() for step in out.logits]
 
 
+class _Upcast:
+    """Run transformers' model in fp32 one decoder layer at a time: each layer's weights are upcast just
+    before it runs and dropped after, so the fp32 truth of a 35B model needs ~3 GB extra, not 140 GB."""
+
+    def __init__(self, ref: nn.Module) -> None:
+        self.ref = ref
+        self.saved: dict[nn.Module, dict[str, nn.Parameter]] = {}
+        self.handles: list = []
+
+    def _swap(self, module: nn.Module, *_args) -> None:
+        saved = {}
+        for name, param in list(module.named_parameters()):
+            owner, _, attr = name.rpartition(".")
+            sub = module.get_submodule(owner)
+            saved[name] = param
+            sub._parameters[attr] = nn.Parameter(param.detach().float(), requires_grad=False)
+        self.saved[module] = saved
+
+    def _restore(self, module: nn.Module, *_args) -> None:
+        for name, param in self.saved.pop(module).items():
+            owner, _, attr = name.rpartition(".")
+            module.get_submodule(owner)._parameters[attr] = param
+
+    def __enter__(self) -> nn.Module:
+        whole = [self.ref.model.embed_tokens, self.ref.model.norm, self.ref.lm_head]
+        for m in whole:
+            self._swap(m)
+        for layer in self.ref.model.layers:
+            self.handles.append(layer.register_forward_pre_hook(self._swap))
+            self.handles.append(layer.register_forward_hook(self._restore))
+        return self.ref
+
+    def __exit__(self, *exc) -> None:
+        for h in self.handles:
+            h.remove()
+        for m in list(self.saved):
+            self._restore(m)
+
+
+def _agreement(xs: list[torch.Tensor], truths: list[torch.Tensor]) -> Agreement:
+    diff_sq = ref_sq = 0.0
+    count = 0
+    kls, agree = [], []
+    for x, t in zip(xs, truths):
+        diff_sq += (x - t).pow(2).sum().item()
+        ref_sq += t.pow(2).sum().item()
+        count += t.numel()
+        logp_t, logp_x = t.log_softmax(-1), x.log_softmax(-1)
+        kls.append((logp_t.exp() * (logp_t - logp_x)).sum(-1))
+        agree.append((x.argmax(-1) == t.argmax(-1)).float())
+    kl = torch.cat(kls)
+    return Agreement(
+        rel_logit_error=(diff_sq / ref_sq) ** 0.5,
+        rms_abs_error=(diff_sq / count) ** 0.5,
+        kl_mean=kl.mean().item(),
+        kl_max=kl.max().item(),
+        top1_agreement=torch.cat(agree).mean().item(),
+    )
+
+
+def _passes(engine: Agreement, hf: Agreement, dtype: torch.dtype) -> bool:
+    if dtype == torch.float32:
+        t = FP32_TOLERANCE
+        return (
+            engine.rel_logit_error <= t["rel"]
+            and engine.kl_mean <= t["kl"]
+            and engine.top1_agreement >= t["top1"]
+        )
+    f, s = LOW_PRECISION_FACTOR, LOW_PRECISION_SLACK
+    return (
+        engine.rel_logit_error <= f["rel"] * hf.rel_logit_error + s["rel"]
+        and engine.kl_mean <= f["kl"] * hf.kl_mean + s["kl"]
+        and engine.top1_agreement >= hf.top1_agreement - s["top1"]
+    )
+
+
 def compare(
     engine: LLMEngine, ref: nn.Module, prompts: list[list[int]], greedy_tokens: int, path: str
 ) -> VerifyReport:
     start = time.perf_counter()
-    rel_tol, kl_tol, top1_tol, tie_margin = TOLERANCES[engine.dtype]
     with use_reference(path == "reference"):
         ours = _engine_logits(engine, prompts)
         params = SamplingParams(temperature=0.0, max_tokens=greedy_tokens, ignore_eos=True)
@@ -157,49 +238,41 @@ def compare(
             for o in engine.step():
                 if o.finished:
                     generated[o.request_id] = o.outputs[0].token_ids
-    diff_sq = ref_sq = 0.0
-    max_abs = 0.0
-    kls, agree = [], []
+    device = engine.device
     with torch.inference_mode():
-        for prompt, mine in zip(prompts, ours):
-            theirs = ref(torch.tensor([prompt], device=engine.device)).logits[0].float()
-            diff_sq += (mine - theirs).pow(2).sum().item()
-            ref_sq += theirs.pow(2).sum().item()
-            max_abs = max(max_abs, (mine - theirs).abs().max().item())
-            logp_ref, logp_ours = theirs.log_softmax(-1), mine.log_softmax(-1)
-            kls.append((logp_ref.exp() * (logp_ref - logp_ours)).sum(-1))
-            agree.append((mine.argmax(-1) == theirs.argmax(-1)).float())
-    kl = torch.cat(kls)
+        hf = [ref(torch.tensor([p], device=device)).logits[0].float() for p in prompts]
+        with _Upcast(ref) as upcast:
+            truth = [upcast(torch.tensor([p], device=device)).logits[0].float() for p in prompts]
+    mine, theirs = _agreement(ours, truth), _agreement(hf, truth)
+    tie_margin = 1e-3 if engine.dtype == torch.float32 else 4 * theirs.rms_abs_error
     matches, greedy_ok = [], True
     for i, prompt in enumerate(prompts):
-        expected, ref_logits = _reference_greedy(ref, prompt, greedy_tokens, engine.device)
-        mine = generated[rid + str(i)]
-        n = next((j for j, (a, b) in enumerate(zip(mine, expected)) if a != b), min(len(mine), len(expected)))
+        expected, ref_logits = _reference_greedy(ref, prompt, greedy_tokens, device)
+        got = generated[rid + str(i)]
+        n = next((j for j, (a, b) in enumerate(zip(got, expected)) if a != b), min(len(got), len(expected)))
         matches.append(n)
         if n < greedy_tokens:
             step = ref_logits[n]
-            margin = (step.max() - step[mine[n]]).item()
+            margin = (step.max() - step[got[n]]).item()
             if margin > tie_margin:
                 greedy_ok = False
                 log.warning(
-                    "prompt %d: greedy diverges at token %d with a reference margin %.3g", i, n, margin
+                    "prompt %d: greedy diverges at token %d, reference margin %.3g > %.3g",
+                    i,
+                    n,
+                    margin,
+                    tie_margin,
                 )
-    rel = (diff_sq / ref_sq) ** 0.5
-    top1 = torch.cat(agree).mean().item()
-    passed = rel <= rel_tol and kl.mean().item() <= kl_tol and top1 >= top1_tol and greedy_ok
     return VerifyReport(
         dtype=str(engine.dtype).replace("torch.", ""),
         path=path,
         prompt_lens=[len(p) for p in prompts],
-        rel_logit_error=rel,
-        max_abs_logit_error=max_abs,
-        kl_mean=kl.mean().item(),
-        kl_max=kl.max().item(),
-        top1_agreement=top1,
+        engine=mine,
+        transformers=theirs,
         greedy_match=matches,
         greedy_tokens=greedy_tokens,
         greedy_ok=greedy_ok,
-        passed=passed,
+        passed=_passes(mine, theirs, engine.dtype) and greedy_ok,
         seconds=time.perf_counter() - start,
     )
 
@@ -228,16 +301,29 @@ def run_verify(ns: argparse.Namespace) -> int:
 
 
 def _format(r: VerifyReport) -> str:
-    rel_tol, kl_tol, top1_tol, _ = TOLERANCES[getattr(torch, r.dtype)]
+    def row(name: str, a: Agreement) -> str:
+        return (
+            f"  {name:<22} rel err {a.rel_logit_error:.3e}  rms {a.rms_abs_error:.3e}  KL mean {a.kl_mean:.3e}"
+            f"  max {a.kl_max:.3e}  top-1 {a.top1_agreement:.4f}"
+        )
+
+    if r.dtype == "float32":
+        rule = f"rule: engine within rel {FP32_TOLERANCE['rel']:g}, KL {FP32_TOLERANCE['kl']:g}, top-1 1.0 of the truth"
+    else:
+        rule = (
+            f"rule: engine rel <= {LOW_PRECISION_FACTOR['rel']}x transformers' + {LOW_PRECISION_SLACK['rel']}, "
+            f"KL <= {LOW_PRECISION_FACTOR['kl']}x + {LOW_PRECISION_SLACK['kl']:g}, "
+            f"top-1 >= transformers' - {LOW_PRECISION_SLACK['top1']}"
+        )
     return "\n".join(
         [
             f"verify [{r.path} path, {r.dtype}] prompts {r.prompt_lens}: {'PASS' if r.passed else 'FAIL'}",
-            f"  teacher-forced logits: rel error {r.rel_logit_error:.3e} (tol {rel_tol:g}), "
-            f"max abs {r.max_abs_logit_error:.3e}",
-            f"  per-position KL(ref||ours): mean {r.kl_mean:.3e} (tol {kl_tol:g}), max {r.kl_max:.3e}",
-            f"  top-1 agreement {r.top1_agreement:.4f} (tol {top1_tol:g})",
-            f"  greedy match {r.greedy_match} of {r.greedy_tokens} tokens; divergences at near ties only: "
-            f"{r.greedy_ok}",
+            "  teacher-forced logits against the fp32 truth (transformers, fp32 compute, same weights):",
+            row(f"hyserve {r.dtype}", r.engine),
+            row(f"transformers {r.dtype}", r.transformers),
+            f"  {rule}",
+            f"  greedy match with transformers {r.greedy_match} of {r.greedy_tokens} tokens; "
+            f"divergences only within the reference's noise: {r.greedy_ok}",
             f"  {r.seconds:.1f} s",
         ]
     )
