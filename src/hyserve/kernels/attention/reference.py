@@ -22,11 +22,13 @@ def paged_attention_reference(
     block_tables: torch.Tensor,
     scale: float,
     gate: torch.Tensor | None = None,
+    max_seq_len: int | None = None,
 ) -> torch.Tensor:
     """q: [T, Hq, D] (the new tokens of N sequences, packed); cu_seqlens_q: [N+1]; seq_lens: [N] context
     length including the new tokens; block_tables: [N, max_blocks]. The j-th new token of sequence i sits at
     position ``seq_lens[i] - q_len_i + j`` and sees keys 0..that position. Softmax in fp32.
-    gate: [T, Hq * D] or None; when given the output is ``o * sigmoid(gate)``. Returns [T, Hq, D]."""
+    gate: [T, Hq * D] (or [T, Hq, D]) or None; when given the output is ``o * sigmoid(gate)``.
+    max_seq_len: optional host bound on seq_lens (a launch hint for the kernels; no effect here). Returns [T, Hq, D]."""
     block_size = k_cache.shape[1]
     num_heads, num_kv_heads = q.shape[1], k_cache.shape[2]
     out = torch.empty_like(q)

@@ -1,0 +1,292 @@
+"""Paged decode attention (flash-decoding): one query token per sequence over a paged KV cache, GQA.
+
+Shapes: q [T=N, Hq, D] (row ``cu_seqlens_q[i]`` is sequence i's token), k_cache/v_cache
+[num_blocks, PAGE, Hkv, D], block_tables [N, max_blocks] int32, seq_lens [N] int32, gate None or
+[T, Hq * D] / [T, Hq, D] (any strides), out [T, Hq, D].
+
+Grid of the split kernel: (N, Hkv, NUM_SPLITS). A program takes *all* G = Hq / Hkv query heads of one
+KV head, so each K/V row is read from HBM once per KV head: the scores are a [G_PAD, D] x [D, BLOCK_N]
+tensor-core dot (G padded to 16, the smallest dot M) and the values a [G_PAD, BLOCK_N] x [BLOCK_N, D] one.
+Sequence i's context is cut on the device into NUM_SPLITS equal partitions (rounded up to BLOCK_N), so
+the grid depends only on host ints (N and a split count chosen from the batch size and the maximum
+context) and the kernel is CUDA-graph safe: short sequences leave their trailing partitions empty.
+Online softmax in fp32 (base 2, the scale pre-multiplied by log2(e)).
+
+NUM_SPLITS == 1: the program normalises, applies the sigmoid gate and writes ``out`` (one pass).
+NUM_SPLITS > 1: it writes its normalised partial output [N, Hq, S, D] fp32 and log2-sum-exp [N, Hq, S];
+the reduce kernel (grid (N, Hq)) merges the non-empty partitions and applies the gate.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _paged_decode_split_kernel(
+    q_ptr,
+    k_ptr,
+    v_ptr,
+    bt_ptr,
+    seq_lens_ptr,
+    cu_q_ptr,
+    gate_ptr,
+    out_ptr,
+    part_o_ptr,
+    part_lse_ptr,
+    qk_scale,
+    stride_qt,
+    stride_qh,
+    stride_kb,
+    stride_ks,
+    stride_kh,
+    stride_vb,
+    stride_vs,
+    stride_vh,
+    stride_bt,
+    stride_gt,
+    stride_gh,
+    stride_gd,
+    stride_ot,
+    stride_oh,
+    G: tl.constexpr,
+    G_PAD: tl.constexpr,
+    D: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    PAGE: tl.constexpr,
+    NUM_SPLITS: tl.constexpr,
+    HAS_GATE: tl.constexpr,
+    DOT_PREC: tl.constexpr,
+):
+    seq = tl.program_id(0).to(tl.int64)
+    kvh = tl.program_id(1).to(tl.int64)
+    split = tl.program_id(2)
+
+    ctx = tl.load(seq_lens_ptr + seq).to(tl.int32)
+    tok = tl.load(cu_q_ptr + seq).to(tl.int64)
+    part = tl.cdiv(tl.cdiv(ctx, NUM_SPLITS), BLOCK_N) * BLOCK_N
+    start = split * part
+    end = tl.minimum(start + part, ctx)
+
+    offs_g = tl.arange(0, G_PAD)
+    offs_d = tl.arange(0, BLOCK_D)
+    mask_g = offs_g < G
+    mask_d = offs_d < D
+    heads = kvh * G + offs_g  # int64
+    q = tl.load(
+        q_ptr + tok * stride_qt + heads[:, None] * stride_qh + offs_d[None, :],
+        mask=mask_g[:, None] & mask_d[None, :],
+        other=0.0,
+    )
+
+    m_i = tl.full([G_PAD], float("-inf"), tl.float32)
+    l_i = tl.zeros([G_PAD], tl.float32)
+    acc = tl.zeros([G_PAD, BLOCK_D], tl.float32)
+    k_base = k_ptr + kvh * stride_kh
+    v_base = v_ptr + kvh * stride_vh
+    bt_row = bt_ptr + seq * stride_bt
+    for n0 in range(start, end, BLOCK_N):
+        offs_n = n0 + tl.arange(0, BLOCK_N)
+        mask_n = offs_n < end
+        blk = tl.load(bt_row + offs_n // PAGE, mask=mask_n, other=0).to(tl.int64)
+        in_page = (offs_n % PAGE).to(tl.int64)
+        kv_mask = mask_n[:, None] & mask_d[None, :]
+        k = tl.load(
+            k_base + (blk * stride_kb + in_page * stride_ks)[:, None] + offs_d[None, :],
+            mask=kv_mask,
+            other=0.0,
+        )
+        s = tl.dot(q, tl.trans(k), input_precision=DOT_PREC) * qk_scale  # [G_PAD, BLOCK_N], log2 units
+        s = tl.where(mask_n[None, :], s, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(s, 1))
+        alpha = tl.exp2(m_i - m_new)
+        p = tl.exp2(s - m_new[:, None])
+        l_i = l_i * alpha + tl.sum(p, 1)
+        v = tl.load(
+            v_base + (blk * stride_vb + in_page * stride_vs)[:, None] + offs_d[None, :],
+            mask=kv_mask,
+            other=0.0,
+        )
+        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=DOT_PREC)
+        m_i = m_new
+
+    nonempty = l_i > 0.0
+    o = acc / tl.where(nonempty, l_i, 1.0)[:, None]
+    out_mask = mask_g[:, None] & mask_d[None, :]
+    if NUM_SPLITS == 1:
+        if HAS_GATE:
+            g = tl.load(
+                gate_ptr + tok * stride_gt + heads[:, None] * stride_gh + offs_d[None, :] * stride_gd,
+                mask=out_mask,
+                other=0.0,
+            ).to(tl.float32)
+            o = o / (1.0 + tl.exp(-g))
+        tl.store(
+            out_ptr + tok * stride_ot + heads[:, None] * stride_oh + offs_d[None, :],
+            o.to(out_ptr.dtype.element_ty),
+            mask=out_mask,
+        )
+    else:
+        lse = tl.where(nonempty, m_i + tl.log2(tl.where(nonempty, l_i, 1.0)), float("-inf"))
+        row = (seq * (G * tl.num_programs(1)) + heads) * NUM_SPLITS + split  # [N, Hq, S] index
+        tl.store(part_lse_ptr + row, lse, mask=mask_g)
+        tl.store(part_o_ptr + row[:, None] * D + offs_d[None, :], o, mask=out_mask)
+
+
+@triton.jit
+def _paged_decode_reduce_kernel(
+    part_o_ptr,
+    part_lse_ptr,
+    seq_lens_ptr,
+    cu_q_ptr,
+    gate_ptr,
+    out_ptr,
+    stride_gt,
+    stride_gh,
+    stride_gd,
+    stride_ot,
+    stride_oh,
+    D: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    NUM_SPLITS: tl.constexpr,
+    S_PAD: tl.constexpr,
+    HAS_GATE: tl.constexpr,
+):
+    seq = tl.program_id(0).to(tl.int64)
+    head = tl.program_id(1).to(tl.int64)
+    num_heads = tl.num_programs(1)
+    ctx = tl.load(seq_lens_ptr + seq).to(tl.int32)
+    tok = tl.load(cu_q_ptr + seq).to(tl.int64)
+    part = tl.cdiv(tl.cdiv(ctx, NUM_SPLITS), BLOCK_N) * BLOCK_N
+    used = tl.cdiv(ctx, tl.maximum(part, 1))  # partitions holding keys (0 for an empty context)
+
+    offs_s = tl.arange(0, S_PAD)
+    offs_d = tl.arange(0, BLOCK_D)
+    mask_s = offs_s < used
+    mask_d = offs_d < D
+    row = (seq * num_heads + head) * NUM_SPLITS + offs_s
+    lse = tl.load(part_lse_ptr + row, mask=mask_s, other=float("-inf"))
+    m = tl.max(lse, 0)
+    m = tl.where(m == float("-inf"), 0.0, m)
+    w = tl.where(mask_s, tl.exp2(lse - m), 0.0)
+    o = tl.load(
+        part_o_ptr + row[:, None] * D + offs_d[None, :], mask=mask_s[:, None] & mask_d[None, :], other=0.0
+    )
+    denom = tl.sum(w, 0)
+    o = tl.sum(o * w[:, None], 0) / tl.where(denom > 0.0, denom, 1.0)
+    if HAS_GATE:
+        g = tl.load(
+            gate_ptr + tok * stride_gt + head * stride_gh + offs_d * stride_gd, mask=mask_d, other=0.0
+        )
+        o = o / (1.0 + tl.exp(-g.to(tl.float32)))
+    tl.store(
+        out_ptr + tok * stride_ot + head * stride_oh + offs_d, o.to(out_ptr.dtype.element_ty), mask=mask_d
+    )
+
+
+LOG2E = 1.4426950408889634
+SINGLE_PASS_CTX = 256  # contexts up to this many keys never split
+MIN_SPLIT_TOKENS = 128  # a partition should hold at least this many keys at the maximum context
+MAX_SPLITS = 64
+_SM_COUNT: dict[int, int] = {}
+
+
+def sm_count(device: torch.device) -> int:
+    """Streaming multiprocessors of ``device`` (132 on an H200; also used on the CPU interpreter)."""
+    if device.type != "cuda":
+        return 132
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    if index not in _SM_COUNT:
+        _SM_COUNT[index] = torch.cuda.get_device_properties(index).multi_processor_count
+    return _SM_COUNT[index]
+
+
+def choose_num_splits(
+    num_seqs: int, num_kv_heads: int, max_ctx: int, device: torch.device, waves: float
+) -> int:
+    """Partitions per (sequence, KV head): enough programs for ``waves`` programs per SM, none for short contexts."""
+    if max_ctx <= SINGLE_PASS_CTX:
+        return 1
+    target = triton.cdiv(int(waves * sm_count(device)), max(1, num_seqs * num_kv_heads))
+    return max(1, min(target, triton.cdiv(max_ctx, MIN_SPLIT_TOKENS), MAX_SPLITS))
+
+
+def gate_strides(gate: torch.Tensor | None, num_heads: int, head_dim: int) -> tuple[int, int, int]:
+    """(token, head, dim) strides of the gate seen as [T, Hq, D]; zeros without a gate."""
+    if gate is None:
+        return 0, 0, 0
+    if gate.dim() == 3:
+        return gate.stride(0), gate.stride(1), gate.stride(2)
+    return gate.stride(0), head_dim * gate.stride(1), gate.stride(1)
+
+
+def paged_decode(
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    cu_seqlens_q: torch.Tensor,
+    seq_lens: torch.Tensor,
+    block_tables: torch.Tensor,
+    scale: float,
+    gate: torch.Tensor | None = None,
+    max_seq_len: int | None = None,
+    *,
+    out: torch.Tensor | None = None,
+    num_splits: int | None = None,
+    block_n: int = 64,
+    num_warps: int = 4,
+    num_stages: int = 2,
+    waves: float = 4.0,
+) -> torch.Tensor:
+    """One query token per sequence (q [N, Hq, D]); returns ``out`` [N, Hq, D]. No host reads of device data.
+
+    The grid is sized from ``max_seq_len`` when given, else from ``block_tables.shape[1] * block_size``.
+    """
+    num_tokens, num_heads, head_dim = q.shape
+    num_seqs = seq_lens.shape[0]
+    page, num_kv_heads = k_cache.shape[1], k_cache.shape[2]
+    group = num_heads // num_kv_heads
+    if out is None:
+        out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
+    if num_seqs == 0:
+        return out
+    max_ctx = max_seq_len if max_seq_len is not None else block_tables.shape[1] * page
+    splits = num_splits or choose_num_splits(num_seqs, num_kv_heads, max_ctx, q.device, waves)
+    block_d = max(16, triton.next_power_of_2(head_dim))
+    g_pad = max(16, triton.next_power_of_2(group))
+    dot_prec = "ieee" if q.dtype == torch.float32 else "tf32"
+    sg = gate_strides(gate, num_heads, head_dim)
+    gate_arg = gate if gate is not None else q
+    if splits == 1:
+        part_o = part_lse = out  # unused
+    else:
+        part_o = torch.empty((num_seqs, num_heads, splits, head_dim), dtype=torch.float32, device=q.device)
+        part_lse = torch.empty((num_seqs, num_heads, splits), dtype=torch.float32, device=q.device)
+    _paged_decode_split_kernel[(num_seqs, num_kv_heads, splits)](
+        q, k_cache, v_cache, block_tables, seq_lens, cu_seqlens_q, gate_arg, out, part_o, part_lse,
+        scale * LOG2E,
+        q.stride(0), q.stride(1),
+        k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
+        v_cache.stride(0), v_cache.stride(1), v_cache.stride(2),
+        block_tables.stride(0),
+        *sg,
+        out.stride(0), out.stride(1),
+        G=group, G_PAD=g_pad, D=head_dim, BLOCK_D=block_d, BLOCK_N=block_n, PAGE=page,
+        NUM_SPLITS=splits, HAS_GATE=gate is not None, DOT_PREC=dot_prec,
+        num_warps=num_warps, num_stages=num_stages,
+    )  # fmt: skip
+    if splits > 1:
+        s_pad = triton.next_power_of_2(splits)
+        _paged_decode_reduce_kernel[(num_seqs, num_heads)](
+            part_o, part_lse, seq_lens, cu_seqlens_q, gate_arg, out,
+            *sg,
+            out.stride(0), out.stride(1),
+            D=head_dim, BLOCK_D=block_d, BLOCK_N=block_n, NUM_SPLITS=splits, S_PAD=s_pad,
+            HAS_GATE=gate is not None,
+            num_warps=4 if s_pad * block_d <= 4096 else 8,
+        )  # fmt: skip
+    return out
