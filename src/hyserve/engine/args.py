@@ -29,6 +29,8 @@ def add_engine_arguments(parser: argparse.ArgumentParser, model_required: bool =
     g.add_argument("--block-size", type=int, default=16)
     g.add_argument("--gpu-memory-utilization", type=float, default=0.9)
     g.add_argument("--kv-cache-memory-gb", type=float, default=None, help="fixed KV cache size in GiB")
+    g.add_argument("--enforce-eager", action="store_true", help="do not capture CUDA graphs")
+    g.add_argument("--cuda-graph-sizes", default=None, help="comma-separated decode batch sizes to capture")
 
 
 def engine_args_from(ns: argparse.Namespace) -> EngineArgs:
@@ -47,4 +49,6 @@ def engine_args_from(ns: argparse.Namespace) -> EngineArgs:
         block_size=ns.block_size,
         gpu_memory_utilization=ns.gpu_memory_utilization,
         kv_cache_memory_gb=ns.kv_cache_memory_gb,
+        enforce_eager=ns.enforce_eager,
+        cuda_graph_sizes=[int(x) for x in ns.cuda_graph_sizes.split(",")] if ns.cuda_graph_sizes else None,
     )

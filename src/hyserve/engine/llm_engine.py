@@ -41,6 +41,8 @@ class EngineArgs:
     block_size: int = 16
     gpu_memory_utilization: float = 0.9
     kv_cache_memory_gb: float | None = None  # fixed KV cache size instead of measuring free memory
+    enforce_eager: bool = False  # never capture CUDA graphs
+    cuda_graph_sizes: list[int] | None = None  # decode batch sizes to capture (default: up to max_num_seqs)
     progress: bool = True
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -130,6 +132,13 @@ class LLMEngine:
             self.model, self.config, cache_config, self.device, self.dtype, self.eos_token_ids
         )
         self.requests: dict[str, _Request] = {}
+        if self.device.type == "cuda" and not args.enforce_eager:
+            from hyserve.engine.cuda_graphs import capture_sizes
+
+            sizes = args.cuda_graph_sizes or capture_sizes(args.max_num_seqs)
+            start = time.perf_counter()
+            self.runner.capture_graphs(sizes, self.max_model_len, progress=args.progress)
+            log.info("graph capture took %.1f s", time.perf_counter() - start)
 
     @property
     def vocab_size(self) -> int:

@@ -40,13 +40,20 @@ def cache_bytes(config: ModelConfig, block_size: int, dtype: torch.dtype) -> tup
 def allocate_cache(
     config: ModelConfig, cache_config: CacheConfig, device: torch.device, dtype: torch.dtype
 ) -> ModelCache:
+    """One spare KV block (id ``num_blocks``) and one spare state slot (id ``num_state_slots``) beyond what
+    the cache manager hands out: padded rows of a CUDA-graph batch point there."""
     n_full, n_linear = len(config.full_attention_layers), len(config.linear_attention_layers)
-    kv_shape = (cache_config.num_blocks, cache_config.block_size, config.num_key_value_heads, config.head_dim)
+    kv_shape = (
+        cache_config.num_blocks + 1,
+        cache_config.block_size,
+        config.num_key_value_heads,
+        config.head_dim,
+    )
     kv = [
         (torch.zeros(kv_shape, dtype=dtype, device=device), torch.zeros(kv_shape, dtype=dtype, device=device))
         for _ in range(n_full)
     ]
-    slots = cache_config.num_state_slots
+    slots = cache_config.num_state_slots + 1
     conv = torch.zeros(
         n_linear, slots, config.linear_conv_kernel_dim - 1, config.linear_conv_dim, dtype=dtype, device=device
     )
@@ -79,6 +86,30 @@ class ModelRunner:
         self.dtype = dtype
         self.eos_token_ids = eos_token_ids
         self.cache = allocate_cache(config, cache_config, device, dtype)
+        self.graphs = None
+
+    def capture_graphs(self, sizes: list[int], max_model_len: int, progress: bool = True) -> None:
+        """Capture the decode step for these batch sizes; on failure stay eager (and say why)."""
+        from hyserve.engine.cuda_graphs import DecodeGraphs
+
+        bs = self.cache_config.block_size
+        graphs = DecodeGraphs(
+            self.model,
+            self.cache,
+            sizes,
+            block_size=bs,
+            max_blocks_per_seq=-(-max_model_len // bs),
+            spare_block=self.cache_config.num_blocks,
+            spare_slot=self.cache_config.num_state_slots,
+            device=self.device,
+        )
+        try:
+            graphs.capture(progress)
+        except RuntimeError as e:
+            log.warning("CUDA graph capture failed, decoding eagerly: %s", str(e).splitlines()[0])
+            torch.cuda.synchronize(self.device)
+            return
+        self.graphs = graphs
 
     def prepare(self, out: SchedulerOutput, all_logits: bool = False) -> ForwardBatch:
         """Pack the scheduled chunks. ``all_logits``: logits for every new token, not just the last."""
@@ -126,6 +157,8 @@ class ModelRunner:
 
     @torch.inference_mode()
     def execute(self, out: SchedulerOutput) -> RunnerOutput:
+        if self.graphs is not None and self.graphs.can_run(out):
+            return self._execute_graph(out)
         batch = self.prepare(out)
         hidden = self.model(batch, self.cache)
         logits = self.model.compute_logits(hidden[batch.logits_indices])  # [L, V] fp32
@@ -145,12 +178,33 @@ class ModelRunner:
                 sample_seqs.append(seq)
                 cursor += 1
         if sample_seqs:
-            wanted = [s.params.logprobs for s in sample_seqs if s.params.logprobs is not None]
-            sampled = sample(logits[rows], sample_seqs, self.eos_token_ids, max(wanted) if wanted else None)
-            for i, seq in enumerate(sample_seqs):
-                result.sampled[seq.seq_id] = sampled.token_ids[i]
-                if sampled.logprobs is not None and seq.params.logprobs is not None:
-                    result.logprobs[seq.seq_id] = (sampled.logprobs[i], sampled.top_logprobs[i])
+            self._sample_into(logits[rows], sample_seqs, result)
+        return result
+
+    def _sample_into(self, logits: torch.Tensor, seqs: list, result: RunnerOutput) -> None:
+        wanted = [s.params.logprobs for s in seqs if s.params.logprobs is not None]
+        sampled = sample(logits, seqs, self.eos_token_ids, max(wanted) if wanted else None)
+        for i, seq in enumerate(seqs):
+            result.sampled[seq.seq_id] = sampled.token_ids[i]
+            if sampled.logprobs is not None and seq.params.logprobs is not None:
+                result.logprobs[seq.seq_id] = (sampled.logprobs[i], sampled.top_logprobs[i])
+
+    def _execute_graph(self, out: SchedulerOutput) -> RunnerOutput:
+        logits, greedy = self.graphs.run(out)
+        seqs = [e.seq for e in out.scheduled]
+        result = RunnerOutput({}, {}, {})
+        plain = all(
+            s.params.greedy
+            and s.params.logprobs is None
+            and not s.params.needs_penalties
+            and len(s.output_token_ids) >= s.params.min_tokens
+            for s in seqs
+        )
+        if plain:  # the benchmark case: the argmax came out of the graph, one device-to-host copy
+            for seq, token in zip(seqs, greedy.tolist()):
+                result.sampled[seq.seq_id] = token
+            return result
+        self._sample_into(logits, seqs, result)
         return result
 
     @torch.inference_mode()

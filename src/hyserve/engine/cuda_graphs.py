@@ -1,0 +1,152 @@
+"""CUDA graphs of the whole decode step: all layers, the LM head and greedy argmax, one graph per batch size.
+
+A decode step launches ~10 kernels per layer; replaying a captured graph removes the launch gaps that
+otherwise dominate at small batches. Batches are padded up to the next captured size: padded rows read
+and write only the spare KV block and state slot that ``allocate_cache`` reserves, and store no KV.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+import torch
+from tqdm import tqdm
+
+from hyserve.engine.scheduler import SchedulerOutput
+from hyserve.model.batch import ForwardBatch, ModelCache
+
+log = logging.getLogger(__name__)
+
+DEFAULT_SIZES = (1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512)
+
+
+def capture_sizes(max_num_seqs: int) -> list[int]:
+    sizes = [s for s in DEFAULT_SIZES if s < max_num_seqs]
+    return sorted({*sizes, max_num_seqs})
+
+
+@dataclass
+class _Captured:
+    graph: torch.cuda.CUDAGraph
+    logits: torch.Tensor  # [size, V] fp32, written by the replay
+    greedy: torch.Tensor  # [size] int64 argmax of the logits
+
+
+class DecodeGraphs:
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        cache: ModelCache,
+        sizes: list[int],
+        block_size: int,
+        max_blocks_per_seq: int,
+        spare_block: int,
+        spare_slot: int,
+        device: torch.device,
+    ) -> None:
+        self.model = model
+        self.cache = cache
+        self.sizes = sorted(sizes)
+        self.block_size = block_size
+        self.spare_block = spare_block
+        self.spare_slot = spare_slot
+        self.device = device
+        n = self.sizes[-1]
+        self.max_size = n
+        # host staging (pinned) and device inputs, one row per batch slot
+        self.host_rows = torch.zeros(5, n, dtype=torch.long).pin_memory()  # ids, pos, slot, len, state
+        self.host_tables = torch.zeros(n, max_blocks_per_seq, dtype=torch.int32).pin_memory()
+        self.rows = torch.zeros(5, n, dtype=torch.long, device=device)
+        self.tables = torch.zeros(n, max_blocks_per_seq, dtype=torch.int32, device=device)
+        self.seq_lens32 = torch.ones(n, dtype=torch.int32, device=device)
+        self.cu = torch.arange(n + 1, dtype=torch.int32, device=device)
+        self.has_initial = torch.ones(n, dtype=torch.bool, device=device)
+        self.logits_indices = torch.arange(n, dtype=torch.long, device=device)
+        self.pool = None
+        self.graphs: dict[int, _Captured] = {}
+
+    def _batch(self, size: int) -> ForwardBatch:
+        return ForwardBatch(
+            input_ids=self.rows[0, :size],
+            positions=self.rows[1, :size],
+            cu_seqlens_q=self.cu[: size + 1],
+            seq_lens=self.seq_lens32[:size],
+            block_tables=self.tables[:size],
+            slot_mapping=self.rows[2, :size],
+            state_indices=self.rows[4, :size],
+            has_initial_state=self.has_initial[:size],
+            logits_indices=self.logits_indices[:size],
+            is_decode=True,
+        )
+
+    def _step(self, size: int) -> tuple[torch.Tensor, torch.Tensor]:
+        hidden = self.model(self._batch(size), self.cache)
+        logits = self.model.compute_logits(hidden)
+        return logits, logits.argmax(-1)
+
+    def _pad_inputs(self) -> None:
+        """Every row points at the spare block and slot: safe inputs for warm-up and capture."""
+        self.rows.zero_()
+        self.rows[2].fill_(-1)
+        self.rows[4].fill_(self.spare_slot)
+        self.seq_lens32.fill_(1)
+        self.tables.fill_(self.spare_block)
+
+    @torch.inference_mode()
+    def capture(self, progress: bool = True) -> None:
+        self._pad_inputs()
+        for size in self.sizes:  # compile every kernel variant outside the capture
+            self._step(size)
+        torch.cuda.synchronize(self.device)
+        for size in tqdm(
+            sorted(self.sizes, reverse=True), desc="Capturing CUDA graphs", disable=not progress
+        ):
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph, pool=self.pool):
+                logits, greedy = self._step(size)
+            if self.pool is None:
+                self.pool = graph.pool()
+            self.graphs[size] = _Captured(graph, logits, greedy)
+        torch.cuda.synchronize(self.device)
+        log.info("captured decode CUDA graphs for batch sizes %s", self.sizes)
+
+    def bucket(self, n: int) -> int | None:
+        return next((s for s in self.sizes if s >= n), None)
+
+    def can_run(self, out: SchedulerOutput) -> bool:
+        return out.is_decode and self.bucket(len(out.scheduled)) is not None
+
+    @torch.inference_mode()
+    def run(self, out: SchedulerOutput) -> tuple[torch.Tensor, torch.Tensor]:
+        """Replay for a decode-only step; returns (logits [n, V] fp32, greedy tokens [n]) views."""
+        n = len(out.scheduled)
+        size = self.bucket(n)
+        bs, width = self.block_size, self.host_tables.shape[1]
+        ids, pos, slots, lens, states, tables = [], [], [], [], [], []
+        for entry in out.scheduled:
+            seq = entry.seq
+            p = seq.num_computed_tokens
+            out_idx = p - seq.num_prompt_tokens
+            ids.append(seq.output_token_ids[out_idx] if out_idx >= 0 else seq.prompt_token_ids[p])
+            pos.append(p)
+            slots.append(seq.block_table[p // bs] * bs + p % bs)
+            lens.append(p + 1)
+            states.append(seq.state_slot)
+            tables.append(seq.block_table + [self.spare_block] * (width - len(seq.block_table)))
+        pad = size - n
+        ids += [0] * pad
+        pos += [0] * pad
+        slots += [-1] * pad
+        lens += [1] * pad
+        states += [self.spare_slot] * pad
+        tables += [[self.spare_block] * width] * pad
+        self.host_rows[:, :size] = torch.tensor([ids, pos, slots, lens, states], dtype=torch.long)
+        self.host_tables[:size] = torch.tensor(tables, dtype=torch.int32)
+        rows = self.host_rows
+        self.rows[:, :size].copy_(rows[:, :size], non_blocking=True)
+        self.seq_lens32[:size].copy_(self.rows[3, :size])
+        self.tables[:size].copy_(self.host_tables[:size], non_blocking=True)
+        captured = self.graphs[size]
+        captured.graph.replay()
+        return captured.logits[:n], captured.greedy[:n]
