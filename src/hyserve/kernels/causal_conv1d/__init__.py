@@ -2,14 +2,49 @@
 
 The conv state of a sequence is the last ``W - 1`` inputs it has seen, laid out ``[W - 1, D]`` (oldest
 first) in slot ``state_indices[i]`` of a pool ``conv_state [num_slots, W - 1, D]``.
+``prefill`` dispatches to the Triton kernel (``triton_kernel.py``, varlen, no host sync) where
+``dispatch.triton_enabled`` allows it; ``decode`` stays the reference (the model's decode path is the
+fused ``gdn_decode_step``).
 """
+
+from __future__ import annotations
+
+import torch
 
 from hyserve.kernels.causal_conv1d.reference import (
     causal_conv1d_decode_reference,
     causal_conv1d_prefill_reference,
 )
+from hyserve.kernels.dispatch import triton_enabled
 
-causal_conv1d_prefill = causal_conv1d_prefill_reference
+_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+
+
+def causal_conv1d_prefill(
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    conv_state: torch.Tensor,
+    cu_seqlens: torch.Tensor,
+    state_indices: torch.Tensor,
+    has_initial_state: torch.Tensor,
+) -> torch.Tensor:
+    """Varlen causal conv + SiLU, conv states updated in place. See ``causal_conv1d_prefill_reference``."""
+    if (
+        triton_enabled(x, weight, conv_state, cu_seqlens, state_indices)
+        and x.dtype in _DTYPES
+        and x.stride(-1) == 1
+        and conv_state.is_contiguous()
+    ):
+        from hyserve.kernels.causal_conv1d.triton_kernel import causal_conv1d_prefill_triton
+
+        return causal_conv1d_prefill_triton(
+            x, weight, conv_state, cu_seqlens, state_indices, has_initial_state
+        )
+    return causal_conv1d_prefill_reference(
+        x, weight, conv_state, cu_seqlens, state_indices, has_initial_state
+    )
+
+
 causal_conv1d_decode = causal_conv1d_decode_reference
 
 __all__ = [

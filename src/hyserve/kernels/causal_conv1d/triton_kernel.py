@@ -1,0 +1,124 @@
+"""Varlen causal depthwise conv1d + SiLU over packed sequences, with conv states in slots; no host sync.
+
+Shapes: x [T, D] (model dtype, last dim contiguous), weight [D, W], conv_state [S, W-1, D] (oldest row
+first), cu_seqlens [N+1], state_indices [N], has_initial_state [N] -> out [T, D] in x's dtype.
+
+Grid (token blocks, D/BD): sequences are cut into blocks of BT tokens; the grid is the upper bound
+T/BT + N and each program finds its (sequence, block) from cu_seqlens in registers (vector load +
+cumsum), programs past the last block exit. A program computes y[t] = sum_w weight[:, w] * in[t-W+1+w]
+as W shifted [BT, BD] loads (they overlap, L1/L2 serve the repeats) where positions before the sequence
+start come from the slot (has_initial_state) or are zero, then SiLU in fp32.
+
+Conv state: the new state is the last W-1 inputs of (history ++ tokens), so for a sequence shorter than
+W-1 it still holds old history rows. Only the first block of a sequence reads the history, so that
+program writes the new state (after a CTA barrier, rows in increasing order: row r takes old row L + r
+>= r + 1, never one already overwritten) and no other program touches the slot.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+_CONFIG = {"BT": 64, "BD": 128, "num_warps": 4}
+
+
+@triton.jit
+def _conv_prefill_kernel(
+    x_ptr, w_ptr, cs_ptr, cu_ptr, idx_ptr, init_ptr, out_ptr, N, D, stride_xt, stride_ot,
+    W: tl.constexpr, BT: tl.constexpr, BD: tl.constexpr, BN: tl.constexpr,
+):  # fmt: skip
+    pid = tl.program_id(0)
+    i_d = tl.program_id(1)
+    # (sequence, block within it) of block pid, blocks numbered sequence by sequence
+    i = tl.arange(0, BN)
+    lo = tl.load(cu_ptr + i, mask=i < N, other=0).to(tl.int32)
+    hi = tl.load(cu_ptr + i + 1, mask=i < N, other=0).to(tl.int32)
+    cnt = (hi - lo + BT - 1) // BT
+    ends = tl.cumsum(cnt, 0)
+    if pid >= tl.sum(cnt, 0):
+        return
+    seq = tl.sum((ends <= pid).to(tl.int32), 0)
+    blk = pid - tl.sum(tl.where(i == seq, ends - cnt, 0), 0)
+    start = tl.load(cu_ptr + seq).to(tl.int32)
+    end = tl.load(cu_ptr + seq + 1).to(tl.int32)
+    slot = tl.load(idx_ptr + seq).to(tl.int64)
+    n_hist = tl.where(tl.load(init_ptr + seq) != 0, W - 1, 0)  # history rows to read: all or none
+    X_DT = x_ptr.dtype.element_ty
+
+    rows = start + blk * BT + tl.arange(0, BT)
+    mr = rows < end
+    cols = i_d * BD + tl.arange(0, BD)
+    mc = cols < D
+    s_base = cs_ptr + slot * (W - 1) * D
+    acc = tl.zeros((BT, BD), tl.float32)
+    for w in tl.static_range(W):
+        p = rows - (W - 1) + w  # input position of tap w
+        from_x = p >= start
+        xin = tl.load(
+            x_ptr + p.to(tl.int64)[:, None] * stride_xt + cols[None, :],
+            mask=(mr & from_x)[:, None] & mc[None, :],
+            other=0.0,
+        )
+        hist_row = p - start + (W - 1)  # row of the old state for positions before the start
+        hin = tl.load(
+            s_base + hist_row[:, None] * D + cols[None, :],
+            mask=(mr & (p < start) & (hist_row < n_hist))[:, None] & mc[None, :],
+            other=0.0,
+        ).to(X_DT)
+        wt = tl.load(w_ptr + cols * W + w, mask=mc, other=0.0).to(tl.float32)
+        acc += tl.where(from_x[:, None], xin.to(tl.float32), hin.to(tl.float32)) * wt[None, :]
+    y = acc * tl.sigmoid(acc)
+    tl.store(
+        out_ptr + rows.to(tl.int64)[:, None] * stride_ot + cols[None, :],
+        y.to(out_ptr.dtype.element_ty),
+        mask=mr[:, None] & mc[None, :],
+    )
+
+    if blk == 0:  # the only program that read this slot: write its new state
+        length = end - start
+        for r in tl.static_range(W - 1):
+            p = end - (W - 1) + r
+            # (scalar conditions folded into column bounds: vector & scalar masks trip the interpreter)
+            xr = tl.load(
+                x_ptr + p.to(tl.int64) * stride_xt + cols, mask=cols < tl.where(p >= start, D, 0), other=0.0
+            )
+            old = length + r  # old-state row feeding new row r when p < start (old > r: not yet written)
+            h_cols = tl.where((p < start) & (old < n_hist), D, 0)
+            hr = tl.load(s_base + old * D + cols, mask=cols < h_cols, other=0.0).to(X_DT)
+            val = tl.where(p >= start, xr, hr)
+            tl.debug_barrier()  # all reads of the slot (above, and the conv's) before this write
+            tl.store(s_base + r * D + cols, val.to(cs_ptr.dtype.element_ty), mask=mc)
+
+
+def causal_conv1d_prefill_triton(
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    conv_state: torch.Tensor,
+    cu_seqlens: torch.Tensor,
+    state_indices: torch.Tensor,
+    has_initial_state: torch.Tensor,
+    block_t: int | None = None,
+    block_d: int | None = None,
+    num_warps: int | None = None,
+) -> torch.Tensor:
+    """Same contract as ``causal_conv1d_prefill_reference``; the keyword arguments override the config."""
+    t, d = x.shape
+    width = weight.shape[-1]
+    n = state_indices.shape[0]
+    assert x.stride(-1) == 1 and conv_state.is_contiguous() and conv_state.shape[1:] == (width - 1, d)
+    out = torch.empty_like(x)
+    if t == 0 or n == 0:
+        return out
+    weight = weight.reshape(d, width)
+    weight = weight if weight.is_contiguous() else weight.contiguous()
+    bt = block_t or _CONFIG["BT"]
+    bd = min(block_d or _CONFIG["BD"], triton.next_power_of_2(d))
+    bn = max(16, triton.next_power_of_2(n))
+    _conv_prefill_kernel[(triton.cdiv(t, bt) + n, triton.cdiv(d, bd))](
+        x, weight, conv_state, cu_seqlens, state_indices, has_initial_state.to(torch.int8), out,
+        n, d, x.stride(0), out.stride(0),
+        W=width, BT=bt, BD=bd, BN=bn, num_warps=num_warps or _CONFIG["num_warps"],
+    )  # fmt: skip
+    return out

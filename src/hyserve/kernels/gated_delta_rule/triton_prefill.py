@@ -1,0 +1,329 @@
+"""Chunked gated delta rule over packed varlen sequences (chunk 64), three Triton kernels, no host sync.
+
+Shapes: q, k [T, H, K] and v [T, HV, V] (model dtype; any token/head strides, last dim contiguous, e.g. the
+views of the conv output), g [T, HV] fp32 log-decay, beta [T, HV], state [S, HV, K, V] fp32 (slots),
+cu_seqlens [N+1], state_indices [N], has_initial_state [N]. Key head ``j = hv // (HV/H)``.
+
+Per chunk of 64 tokens (``cum`` = in-chunk cumsum of g, ``D_ij = exp(cum_i - cum_j)`` for i >= j) the
+reference's solve is ``T = (I + strictly-lower(beta_i k_i.k_j D_ij))^-1``, ``w = T (beta k exp(cum))``,
+``u = T (beta v)``; then sequentially ``v_new = u - w S``, ``o = (q exp(cum)) S + (q k^T * D) v_new``,
+``S <- exp(cum_last) S + (k exp(cum_last - cum))^T v_new``.
+
+1. ``_prepare_kernel`` grid (chunks, HV): cumsum of g, the 64x64 system as 4x4 blocks of 16 rows (10 tl.dot
+   of [16, K] x [K, 16]), the inverse by forward substitution on the four 16x16 diagonal blocks (in
+   registers, no memory round trip) and block products for the rest, then w, u (20 small dots). Writes
+   cum [T, HV] fp32, w [T, HV, K], u [T, HV, V] (model dtype, as fla).
+2. ``_state_kernel`` grid (N, HV, V/BV): the only sequential part: per (sequence, head, V-tile) walks the
+   chunks, stores the chunk's start state h [chunks, HV, K, V] and v_new [T, HV, V], updates S in
+   registers (fp32), and writes the final state into the sequence's slot. Starts from the slot if
+   has_initial_state else zeros.
+3. ``_output_kernel`` grid (chunks, HV, V/BV): o = (q exp(cum)) h + (q k^T * D) v_new, fully parallel.
+
+Varlen without a host sync: the grids of 1 and 3 are an upper bound (T/64 + N chunks); each program finds
+its (sequence, chunk) from cu_seqlens in registers (one vector load + cumsum, ``_locate``), programs past
+the last chunk exit. q and k are L2-normalised (eps 1e-6) inside every kernel that reads them (cheap) and
+q is scaled by K**-0.5. Dots take model-dtype operands with fp32 accumulation; fp32 inputs use exact
+fp32 dots ("ieee"), the 16x16 inverse products are always fp32.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+CHUNK = 64
+
+# Tile configs (data, picked here by the wrapper): BV of the state / output kernels, warps, stages.
+_CONFIGS = {
+    "prepare": {"num_warps": 4},
+    "state": {"BV": 32, "num_warps": 4, "num_stages": 2},
+    "output": {"BV": 64, "num_warps": 4},
+}
+
+
+@triton.jit
+def _locate(cu_ptr, N, pid, CHUNK: tl.constexpr, BN: tl.constexpr):
+    """(sequence, chunk within it, total chunks) of global chunk ``pid``; sequences are split in CHUNK-rows."""
+    i = tl.arange(0, BN)
+    m = i < N
+    lo = tl.load(cu_ptr + i, mask=m, other=0).to(tl.int32)
+    hi = tl.load(cu_ptr + i + 1, mask=m, other=0).to(tl.int32)
+    cnt = (hi - lo + CHUNK - 1) // CHUNK
+    ends = tl.cumsum(cnt, 0)
+    seq = tl.sum((ends <= pid).to(tl.int32), 0)
+    first = tl.sum(tl.where(i == seq, ends - cnt, 0), 0)
+    return seq, pid - first, tl.sum(cnt, 0)
+
+
+@triton.jit
+def _l2norm_rows(x):
+    return x * tl.rsqrt(tl.sum(x * x, 1) + 1e-6)[:, None]
+
+
+@triton.jit
+def _chunk_inverse(a, PREC: tl.constexpr):
+    """(I + a)^-1 for the strictly lower [64, 64] fp32 chunk system ``a``.
+
+    D = the four 16x16 diagonal blocks of I + a, inverted together by forward substitution on a
+    [4, 16, 16] tile (15 steps, elementwise, in registers); L = the strictly block-lower part of a; then
+    (D + L)^-1 = (I + N)^-1 D^-1 with N = D^-1 L nilpotent of order 4: (I - N)(I + N^2) D^-1.
+    """
+    r64 = tl.arange(0, 64)
+    b4 = tl.arange(0, 4)
+    r16 = tl.arange(0, 16)
+    same = b4[:, None, None, None] == b4[None, None, :, None]  # [4, 1, 4, 1]: row block == column block
+    diag = tl.sum(tl.where(same, tl.reshape(a, (4, 16, 4, 16)), 0.0), 2)  # [4, 16, 16]
+    rows = r16[None, :, None]
+    x = tl.where(rows == r16[None, None, :], 1.0, 0.0) + tl.zeros((4, 16, 16), tl.float32)
+    for i in tl.static_range(1, 16):
+        a_i = tl.sum(tl.where(rows == i, diag, 0.0), 1)  # [4, 16]: row i of each block
+        row = tl.sum(a_i[:, :, None] * x, 1)  # sum_j a[i, j] x[j, :]; rows j < i are final
+        x = tl.where(rows == i, x - row[:, None, :], x)
+    d_inv = tl.reshape(tl.where(same, x[:, :, None, :], 0.0), (64, 64))
+    lower = tl.where((r64[:, None] // 16) > (r64[None, :] // 16), a, 0.0)
+    eye = tl.where(r64[:, None] == r64[None, :], 1.0, 0.0)
+    n = tl.dot(d_inv, lower, input_precision=PREC)
+    n2 = tl.dot(n, n, input_precision=PREC)
+    p = tl.dot(eye - n, eye + n2, input_precision=PREC)
+    return tl.dot(p, d_inv, input_precision=PREC)
+
+
+@triton.jit
+def _prepare_kernel(
+    k_ptr, v_ptr, g_ptr, beta_ptr, cu_ptr, w_ptr, u_ptr, cum_ptr,
+    stride_kt, stride_kh, stride_vt, stride_vh, stride_gt, stride_bt, N,
+    HV: tl.constexpr, G: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
+    BN: tl.constexpr, DT: tl.constexpr, PREC: tl.constexpr,
+):  # fmt: skip
+    pid = tl.program_id(0)
+    i_hv = tl.program_id(1)
+    i_h = i_hv // G
+    seq, chunk, total = _locate(cu_ptr, N, pid, 64, BN)
+    if pid >= total:
+        return
+    start = tl.load(cu_ptr + seq).to(tl.int32) + chunk * 64
+    end = tl.load(cu_ptr + seq + 1).to(tl.int32)
+    rr = tl.arange(0, 64)
+    rows = (start + rr).to(tl.int64)
+    mr = rows < end
+    ok = tl.arange(0, BK)
+    ov = tl.arange(0, BV)
+    k = tl.load(
+        k_ptr + rows[:, None] * stride_kt + i_h * stride_kh + ok[None, :],
+        mask=mr[:, None] & (ok[None, :] < K),
+        other=0.0,
+    ).to(tl.float32)
+    v = tl.load(
+        v_ptr + rows[:, None] * stride_vt + i_hv * stride_vh + ov[None, :],
+        mask=mr[:, None] & (ov[None, :] < V),
+        other=0.0,
+    ).to(tl.float32)
+    g = tl.load(g_ptr + rows * stride_gt + i_hv, mask=mr, other=0.0).to(tl.float32)
+    beta = tl.load(beta_ptr + rows * stride_bt + i_hv, mask=mr, other=0.0).to(tl.float32)
+    k = _l2norm_rows(k)
+    cum = tl.cumsum(g, 0)  # padded rows add 0: the reference's zero padding
+    tl.store(cum_ptr + rows * HV + i_hv, cum, mask=mr)
+
+    kb = k * beta[:, None]
+    strict = rr[:, None] > rr[None, :]
+    a = tl.dot(kb, tl.trans(k), input_precision=PREC)
+    a = a * tl.exp(tl.where(strict, cum[:, None] - cum[None, :], float("-inf")))  # strictly lower
+    t = _chunk_inverse(a, PREC)
+    w = tl.dot(t, kb * tl.exp(cum)[:, None], input_precision=PREC)
+    u = tl.dot(t, v * beta[:, None], input_precision=PREC)
+    tl.store(
+        w_ptr + (rows[:, None] * HV + i_hv) * K + ok[None, :],
+        w.to(w_ptr.dtype.element_ty),
+        mask=mr[:, None] & (ok[None, :] < K),
+    )
+    tl.store(
+        u_ptr + (rows[:, None] * HV + i_hv) * V + ov[None, :],
+        u.to(u_ptr.dtype.element_ty),
+        mask=mr[:, None] & (ov[None, :] < V),
+    )
+
+
+@triton.jit
+def _state_kernel(
+    k_ptr, w_ptr, u_ptr, cum_ptr, cu_ptr, state_ptr, idx_ptr, init_ptr, h_ptr, vnew_ptr,
+    stride_kt, stride_kh, N,
+    HV: tl.constexpr, G: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
+    BN: tl.constexpr, DT: tl.constexpr, PREC: tl.constexpr,
+):  # fmt: skip
+    i_n = tl.program_id(0)
+    i_hv = tl.program_id(1)
+    i_v = tl.program_id(2)
+    i_h = i_hv // G
+    # first global chunk of this sequence (same numbering as _locate)
+    i = tl.arange(0, BN)
+    m = i < N
+    lo = tl.load(cu_ptr + i, mask=m, other=0).to(tl.int32)
+    hi = tl.load(cu_ptr + i + 1, mask=m, other=0).to(tl.int32)
+    cnt = (hi - lo + 63) // 64
+    first = tl.sum(tl.where(i < i_n, cnt, 0), 0)
+    start = tl.load(cu_ptr + i_n).to(tl.int32)
+    end = tl.load(cu_ptr + i_n + 1).to(tl.int32)
+    n_chunks = (end - start + 63) // 64
+    if n_chunks <= 0:
+        return
+    slot = tl.load(idx_ptr + i_n).to(tl.int64)
+    k_init = tl.where(tl.load(init_ptr + i_n) != 0, K, 0)  # rows of the slot to read: all, or none
+
+    ok = tl.arange(0, BK)
+    ov = i_v * BV + tl.arange(0, BV)
+    mk = ok < K
+    mv = ov < V
+    s_off = ((slot * HV + i_hv) * K + ok[:, None]) * V + ov[None, :]
+    s = tl.load(state_ptr + s_off, mask=(ok[:, None] < k_init) & mv[None, :], other=0.0)  # [BK, BV] fp32
+    rr = tl.arange(0, 64)
+    for c in range(n_chunks):
+        t0 = start + c * 64
+        rows = (t0 + rr).to(tl.int64)
+        mr = rows < end
+        h_off = (((first + c).to(tl.int64) * HV + i_hv) * K + ok[:, None]) * V + ov[None, :]
+        tl.store(h_ptr + h_off, s.to(DT), mask=mk[:, None] & mv[None, :])
+        w = tl.load(
+            w_ptr + (rows[:, None] * HV + i_hv) * K + ok[None, :], mask=mr[:, None] & mk[None, :], other=0.0
+        )
+        u = tl.load(
+            u_ptr + (rows[:, None] * HV + i_hv) * V + ov[None, :], mask=mr[:, None] & mv[None, :], other=0.0
+        )
+        v_new = u.to(tl.float32) - tl.dot(w.to(DT), s.to(DT), input_precision=PREC)
+        tl.store(
+            vnew_ptr + (rows[:, None] * HV + i_hv) * V + ov[None, :],
+            v_new.to(DT),
+            mask=mr[:, None] & mv[None, :],
+        )
+        k = tl.load(
+            k_ptr + rows[:, None] * stride_kt + i_h * stride_kh + ok[None, :],
+            mask=mr[:, None] & mk[None, :],
+            other=0.0,
+        ).to(tl.float32)
+        cum = tl.load(cum_ptr + rows * HV + i_hv, mask=mr, other=0.0)
+        last = tl.minimum(t0 + 63, end - 1).to(tl.int64)
+        cum_last = tl.load(cum_ptr + last * HV + i_hv)
+        k_end = _l2norm_rows(k) * tl.exp(cum_last - cum)[:, None]  # zero on rows past the end
+        s = s * tl.exp(cum_last) + tl.dot(tl.trans(k_end.to(DT)), v_new.to(DT), input_precision=PREC)
+    tl.store(state_ptr + s_off, s, mask=mk[:, None] & mv[None, :])
+
+
+@triton.jit
+def _output_kernel(
+    q_ptr, k_ptr, cum_ptr, h_ptr, vnew_ptr, o_ptr, cu_ptr,
+    stride_qt, stride_qh, stride_kt, stride_kh, stride_ot, stride_oh, N, scale,
+    HV: tl.constexpr, G: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
+    BN: tl.constexpr, DT: tl.constexpr, PREC: tl.constexpr,
+):  # fmt: skip
+    pid = tl.program_id(0)
+    i_hv = tl.program_id(1)
+    i_v = tl.program_id(2)
+    i_h = i_hv // G
+    seq, chunk, total = _locate(cu_ptr, N, pid, 64, BN)
+    if pid >= total:
+        return
+    start = tl.load(cu_ptr + seq).to(tl.int32) + chunk * 64
+    end = tl.load(cu_ptr + seq + 1).to(tl.int32)
+
+    rr = tl.arange(0, 64)
+    rows = (start + rr).to(tl.int64)
+    mr = rows < end
+    ok = tl.arange(0, BK)
+    ov = i_v * BV + tl.arange(0, BV)
+    mk = ok < K
+    mv = ov < V
+    q = tl.load(
+        q_ptr + rows[:, None] * stride_qt + i_h * stride_qh + ok[None, :],
+        mask=mr[:, None] & mk[None, :],
+        other=0.0,
+    ).to(tl.float32)
+    k = tl.load(
+        k_ptr + rows[:, None] * stride_kt + i_h * stride_kh + ok[None, :],
+        mask=mr[:, None] & mk[None, :],
+        other=0.0,
+    ).to(tl.float32)
+    q = _l2norm_rows(q) * scale
+    k = _l2norm_rows(k)
+    cum = tl.load(cum_ptr + rows * HV + i_hv, mask=mr, other=0.0)
+    causal = rr[:, None] >= rr[None, :]
+    decay = tl.exp(tl.where(causal, cum[:, None] - cum[None, :], float("-inf")))
+    attn = tl.dot(q.to(DT), tl.trans(k.to(DT)), input_precision=PREC) * decay  # [64, 64]
+    h = tl.load(
+        h_ptr + ((pid.to(tl.int64) * HV + i_hv) * K + ok[:, None]) * V + ov[None, :],
+        mask=mk[:, None] & mv[None, :],
+        other=0.0,
+    )
+    v_new = tl.load(
+        vnew_ptr + (rows[:, None] * HV + i_hv) * V + ov[None, :], mask=mr[:, None] & mv[None, :], other=0.0
+    )
+    o = tl.dot((q * tl.exp(cum)[:, None]).to(DT), h.to(DT), input_precision=PREC) + tl.dot(
+        attn.to(DT), v_new.to(DT), input_precision=PREC
+    )
+    tl.store(
+        o_ptr + rows[:, None] * stride_ot + i_hv * stride_oh + ov[None, :],
+        o.to(o_ptr.dtype.element_ty),
+        mask=mr[:, None] & mv[None, :],
+    )
+
+
+_TL_DTYPES = {torch.float32: tl.float32, torch.float16: tl.float16, torch.bfloat16: tl.bfloat16}
+
+
+def _pow2(n: int, floor: int = 16) -> int:
+    return max(floor, triton.next_power_of_2(n))
+
+
+def gated_delta_rule_prefill_triton(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    g: torch.Tensor,
+    beta: torch.Tensor,
+    state: torch.Tensor,
+    cu_seqlens: torch.Tensor,
+    state_indices: torch.Tensor,
+    has_initial_state: torch.Tensor,
+    configs: dict | None = None,
+) -> torch.Tensor:
+    """Same contract as ``gated_delta_rule_prefill_reference``; no host synchronisation."""
+    cfg = {**_CONFIGS, **(configs or {})}
+    t, h, kd = q.shape
+    hv, vd = v.shape[1], v.shape[2]
+    n = state_indices.shape[0]
+    assert q.stride(-1) == k.stride(-1) == v.stride(-1) == 1 and state.is_contiguous()
+    assert state.dtype == torch.float32 and hv % h == 0
+    out = torch.empty((t, hv, vd), device=v.device, dtype=v.dtype)
+    if t == 0 or n == 0:
+        return out
+    g = g if g.stride(-1) == 1 else g.contiguous()
+    beta = beta if beta.stride(-1) == 1 else beta.contiguous()
+    has_initial_state = has_initial_state.to(torch.int8)
+    group = hv // h
+    bk, bvf, bn = _pow2(kd), _pow2(vd), _pow2(n)
+    max_chunks = triton.cdiv(t, CHUNK) + n
+    dt = q.dtype
+    prec = "ieee" if dt == torch.float32 else "tf32"  # tf32: fp32-operand dots of the solve, on the GPU
+    cum = torch.empty((t, hv), device=q.device, dtype=torch.float32)
+    w = torch.empty((t, hv, kd), device=q.device, dtype=dt)
+    u = torch.empty((t, hv, vd), device=q.device, dtype=dt)
+    v_new = torch.empty((t, hv, vd), device=q.device, dtype=dt)
+    hstate = torch.empty((max_chunks, hv, kd, vd), device=q.device, dtype=dt)
+    _prepare_kernel[(max_chunks, hv)](
+        k, v, g, beta, cu_seqlens, w, u, cum,
+        k.stride(0), k.stride(1), v.stride(0), v.stride(1), g.stride(0), beta.stride(0), n,
+        HV=hv, G=group, K=kd, V=vd, BK=bk, BV=bvf, BN=bn, DT=_TL_DTYPES[dt], PREC=prec, num_warps=cfg["prepare"]["num_warps"],
+    )  # fmt: skip
+    bv = min(cfg["state"]["BV"], bvf)
+    _state_kernel[(n, hv, triton.cdiv(vd, bv))](
+        k, w, u, cum, cu_seqlens, state, state_indices, has_initial_state, hstate, v_new,
+        k.stride(0), k.stride(1), n,
+        HV=hv, G=group, K=kd, V=vd, BK=bk, BV=bv, BN=bn, DT=_TL_DTYPES[dt], PREC=prec,
+        num_warps=cfg["state"]["num_warps"], num_stages=cfg["state"]["num_stages"],
+    )  # fmt: skip
+    bv = min(cfg["output"]["BV"], bvf)
+    _output_kernel[(max_chunks, hv, triton.cdiv(vd, bv))](
+        q, k, cum, hstate, v_new, out, cu_seqlens,
+        q.stride(0), q.stride(1), k.stride(0), k.stride(1), out.stride(0), out.stride(1), n, kd**-0.5,
+        HV=hv, G=group, K=kd, V=vd, BK=bk, BV=bv, BN=bn, DT=_TL_DTYPES[dt], PREC=prec, num_warps=cfg["output"]["num_warps"],
+    )  # fmt: skip
+    return out

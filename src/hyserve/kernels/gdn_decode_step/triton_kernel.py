@@ -1,0 +1,217 @@
+"""Fused Gated DeltaNet decode step: conv1d+SiLU -> gates -> recurrent delta rule -> gated RMSNorm, one launch.
+
+Shapes: mixed_qkv [B, D = 2*H*K + HV*V] (channels [q | k | v], head-major), z [B, HV, V], a, b [B, HV],
+conv_weight [D, W], A_log, dt_bias [HV], norm_weight [V], conv_state [S, W-1, D] (model dtype),
+ssm_state [S, HV, K, V] fp32, state_indices [B] -> o [B, HV, V] (model dtype).
+
+Grid (B, HV, NV = V/BV). Program (b, hv, t) owns the [K, BV] fp32 state tile of value head hv (the bytes
+that bound decode: 2 MB per sequence and layer). It loads the conv windows of the channels it needs: the
+K q-channels and K k-channels of key head j = hv // (HV/H), and its BV v-channels; computes conv + SiLU
+(rounded to the model dtype like the unfused path), the q/k L2 norms over the full K (recomputed by
+every program of the key head: 2K multiply-adds), the gates, the state update and o.
+
+Conv state, written exactly once per channel, never read after it is overwritten:
+  * v channels are read by one program only: it reads its window, then (after a CTA barrier) shifts it.
+  * q/k channels of key head j are read by the G*NV programs (b, hv in head j, any t): each program takes
+    a ticket (``atomic_add`` acq_rel on a per-(b, j) counter) only after it has consumed its windows; the
+    program that draws the last ticket knows every reader is done, shifts the q/k windows and resets the
+    counter to 0. No program waits on another (no spin), so any scheduling order is safe, and the
+    counters are back to zero after every launch (CUDA-graph safe). The counters live in a persistent
+    int32 workspace per device (``_workspace``), allocated on the first call (warm up before capturing
+    a graph; don't run two launches concurrently on different streams).
+
+Gated RMSNorm needs the whole V of a head. NV == 1 (BV = V): done in the program. NV > 1: each program
+stores its o tile (rounded to the model dtype, as the unfused path does before the norm) and takes a
+ticket on a per-(b, hv) counter; the last one reloads the V values (.cg, after acquire), normalises and
+overwrites them. The batch size picks BV (``_CONFIGS``): small B wants many programs (B=1: 32 heads x 4
+tiles = 128 programs), large B wants fewer, bigger tiles and no second ticket.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+# batch size bound -> (BV, num_warps); the first entry whose bound is >= B
+_CONFIGS = ((2, 32, 4), (8, 64, 4), (1 << 30, 128, 8))
+
+_TL_DTYPES = {torch.float32: tl.float32, torch.float16: tl.float16, torch.bfloat16: tl.bfloat16}
+
+_WORKSPACES: dict[torch.device, torch.Tensor] = {}
+
+
+@triton.jit
+def _gdn_decode_step_kernel(
+    x_ptr, z_ptr, a_ptr, b_ptr, convw_ptr, alog_ptr, dtb_ptr, normw_ptr,
+    conv_ptr, ssm_ptr, idx_ptr, o_ptr, cnt_qk_ptr, cnt_o_ptr,
+    stride_xb, stride_zb, stride_zh, stride_ab, stride_bb, eps, scale,
+    H: tl.constexpr, HV: tl.constexpr, G: tl.constexpr, K: tl.constexpr, V: tl.constexpr, W: tl.constexpr,
+    BK: tl.constexpr, BV: tl.constexpr, BVF: tl.constexpr, NV: tl.constexpr, NW_DT: tl.constexpr,
+):  # fmt: skip
+    i_b = tl.program_id(0)
+    i_hv = tl.program_id(1)
+    i_v = tl.program_id(2)
+    i_h = i_hv // G
+    D = 2 * H * K + HV * V
+    X_DT = x_ptr.dtype.element_ty
+    C_DT = conv_ptr.dtype.element_ty
+    b64 = i_b.to(tl.int64)
+    slot = tl.load(idx_ptr + i_b).to(tl.int64)
+
+    ok = tl.arange(0, BK)
+    mk = ok < K
+    ov = i_v * BV + tl.arange(0, BV)
+    mv = ov < V
+    # the fp32 state tile first: its latency overlaps everything below
+    s_off = ((slot * HV + i_hv) * K + ok[:, None]) * V + ov[None, :]
+    s = tl.load(ssm_ptr + s_off, mask=mk[:, None] & mv[None, :], other=0.0)
+
+    # causal conv over [conv_state rows 0..W-2, x] and SiLU, per channel group
+    cq = i_h * K + ok
+    ck = H * K + i_h * K + ok
+    cv = 2 * H * K + i_hv * V + ov
+    c_base = conv_ptr + slot * ((W - 1) * D)
+    x_base = x_ptr + b64 * stride_xb
+    xq = tl.load(x_base + cq, mask=mk, other=0.0)
+    xk = tl.load(x_base + ck, mask=mk, other=0.0)
+    xv = tl.load(x_base + cv, mask=mv, other=0.0)
+    q = xq.to(tl.float32) * tl.load(convw_ptr + cq * W + (W - 1), mask=mk, other=0.0).to(tl.float32)
+    k = xk.to(tl.float32) * tl.load(convw_ptr + ck * W + (W - 1), mask=mk, other=0.0).to(tl.float32)
+    v = xv.to(tl.float32) * tl.load(convw_ptr + cv * W + (W - 1), mask=mv, other=0.0).to(tl.float32)
+    for w in tl.static_range(W - 1):
+        hq = tl.load(c_base + w * D + cq, mask=mk, other=0.0).to(X_DT).to(tl.float32)
+        hk = tl.load(c_base + w * D + ck, mask=mk, other=0.0).to(X_DT).to(tl.float32)
+        h_v = tl.load(c_base + w * D + cv, mask=mv, other=0.0).to(X_DT).to(tl.float32)
+        q += hq * tl.load(convw_ptr + cq * W + w, mask=mk, other=0.0).to(tl.float32)
+        k += hk * tl.load(convw_ptr + ck * W + w, mask=mk, other=0.0).to(tl.float32)
+        v += h_v * tl.load(convw_ptr + cv * W + w, mask=mv, other=0.0).to(tl.float32)
+    q = (q * tl.sigmoid(q)).to(X_DT).to(tl.float32)
+    k = (k * tl.sigmoid(k)).to(X_DT).to(tl.float32)
+    v = (v * tl.sigmoid(v)).to(X_DT).to(tl.float32)
+    q = q * tl.rsqrt(tl.sum(q * q, 0) + 1e-6) * scale
+    k = k * tl.rsqrt(tl.sum(k * k, 0) + 1e-6)
+
+    # every conv window read above is consumed: publish the new conv state
+    tl.debug_barrier()
+    for w in tl.static_range(W - 2):
+        tl.store(c_base + w * D + cv, tl.load(c_base + (w + 1) * D + cv, mask=mv), mask=mv)
+    tl.store(c_base + (W - 2) * D + cv, xv.to(C_DT), mask=mv)
+    if G * NV > 1:
+        ticket = tl.atomic_add(cnt_qk_ptr + b64 * H + i_h, 1, sem="acq_rel")
+        last_qk = ticket == G * NV - 1
+    else:
+        last_qk = True
+    if last_qk:  # every reader of this key head's q/k windows is done
+        for w in tl.static_range(W - 2):
+            tl.store(c_base + w * D + cq, tl.load(c_base + (w + 1) * D + cq, mask=mk), mask=mk)
+            tl.store(c_base + w * D + ck, tl.load(c_base + (w + 1) * D + ck, mask=mk), mask=mk)
+        tl.store(c_base + (W - 2) * D + cq, xq.to(C_DT), mask=mk)
+        tl.store(c_base + (W - 2) * D + ck, xk.to(C_DT), mask=mk)
+        if G * NV > 1:
+            tl.store(cnt_qk_ptr + b64 * H + i_h, 0)
+
+    # gates (fp32, beta rounded to b's dtype like b.sigmoid())
+    a = tl.load(a_ptr + b64 * stride_ab + i_hv).to(tl.float32) + tl.load(dtb_ptr + i_hv).to(tl.float32)
+    softplus = tl.where(a > 20.0, a, tl.where(a < -15.0, tl.exp(a), tl.log(1.0 + tl.exp(a))))
+    g = -tl.exp(tl.load(alog_ptr + i_hv).to(tl.float32)) * softplus
+    b_raw = tl.load(b_ptr + b64 * stride_bb + i_hv)
+    beta = tl.sigmoid(b_raw.to(tl.float32)).to(b_raw.dtype).to(tl.float32)
+
+    # delta rule on the tile
+    s = s * tl.exp(g)
+    delta = (v - tl.sum(s * k[:, None], 0)) * beta
+    s = s + k[:, None] * delta[None, :]
+    tl.store(ssm_ptr + s_off, s, mask=mk[:, None] & mv[None, :])
+    o = tl.sum(s * q[:, None], 0).to(X_DT).to(tl.float32)  # the unfused path rounds o before the norm
+
+    o_base = o_ptr + (b64 * HV + i_hv) * V
+    z_base = z_ptr + b64 * stride_zb + i_hv * stride_zh
+    if NV == 1:
+        var = tl.sum(o * o, 0) / V
+        hn = (o * tl.rsqrt(var + eps)).to(X_DT).to(tl.float32)
+        nw = tl.load(normw_ptr + ov, mask=mv, other=0.0).to(tl.float32)
+        zz = tl.load(z_base + ov, mask=mv, other=0.0).to(tl.float32)
+        y = (nw * hn).to(NW_DT).to(tl.float32) * (zz * tl.sigmoid(zz))
+        tl.store(o_base + ov, y.to(X_DT), mask=mv)
+    else:
+        tl.store(o_base + ov, o.to(X_DT), mask=mv)
+        tl.debug_barrier()
+        ticket_o = tl.atomic_add(cnt_o_ptr + b64 * HV + i_hv, 1, sem="acq_rel")
+        if ticket_o == NV - 1:  # all tiles of this head are stored: normalise the head
+            of = tl.arange(0, BVF)
+            mf = of < V
+            oh = tl.load(o_base + of, mask=mf, other=0.0, cache_modifier=".cg").to(tl.float32)
+            var = tl.sum(oh * oh, 0) / V
+            hn = (oh * tl.rsqrt(var + eps)).to(X_DT).to(tl.float32)
+            nw = tl.load(normw_ptr + of, mask=mf, other=0.0).to(tl.float32)
+            zz = tl.load(z_base + of, mask=mf, other=0.0).to(tl.float32)
+            y = (nw * hn).to(NW_DT).to(tl.float32) * (zz * tl.sigmoid(zz))
+            tl.store(o_base + of, y.to(X_DT), mask=mf)
+            tl.store(cnt_o_ptr + b64 * HV + i_hv, 0)
+
+
+def _workspace(device: torch.device, n: int) -> torch.Tensor:
+    """Persistent zeroed int32 ticket counters (every launch leaves them at zero)."""
+    ws = _WORKSPACES.get(device)
+    if ws is None or ws.numel() < n:
+        ws = torch.zeros(max(n, 1 << 16), dtype=torch.int32, device=device)
+        _WORKSPACES[device] = ws
+    return ws
+
+
+def decode_step_config(batch: int) -> tuple[int, int]:
+    for bound, bv, warps in _CONFIGS:
+        if batch <= bound:
+            return bv, warps
+    raise AssertionError
+
+
+def gdn_decode_step_triton(
+    mixed_qkv: torch.Tensor,
+    z: torch.Tensor,
+    a: torch.Tensor,
+    b: torch.Tensor,
+    conv_weight: torch.Tensor,
+    A_log: torch.Tensor,
+    dt_bias: torch.Tensor,
+    norm_weight: torch.Tensor,
+    eps: float,
+    conv_state: torch.Tensor,
+    ssm_state: torch.Tensor,
+    state_indices: torch.Tensor,
+    block_v: int | None = None,
+    num_warps: int | None = None,
+) -> torch.Tensor:
+    """Same contract as ``gdn_decode_step_reference``; ``block_v``/``num_warps`` override the config."""
+    batch, dim = mixed_qkv.shape
+    _, hv, kd, vd = ssm_state.shape
+    width = conv_weight.shape[-1]
+    h = (dim - hv * vd) // (2 * kd)
+    assert (
+        mixed_qkv.stride(-1) == 1
+        and z.stride(-1) == 1
+        and conv_state.is_contiguous()
+        and ssm_state.is_contiguous()
+    )
+    assert conv_state.shape[1:] == (width - 1, dim) and 2 * h * kd + hv * vd == dim and width >= 2
+    out = torch.empty((batch, hv, vd), device=mixed_qkv.device, dtype=mixed_qkv.dtype)
+    if batch == 0:
+        return out
+    conv_weight = conv_weight.reshape(dim, width)
+    conv_weight = conv_weight if conv_weight.is_contiguous() else conv_weight.contiguous()
+    a = a if a.stride(-1) == 1 else a.contiguous()
+    b = b if b.stride(-1) == 1 else b.contiguous()
+    bv, warps = decode_step_config(batch)
+    bk, bvf = max(16, triton.next_power_of_2(kd)), max(16, triton.next_power_of_2(vd))
+    bv = min(block_v or bv, bvf)
+    ws = _workspace(mixed_qkv.device, batch * (h + hv))
+    nw_dt = _TL_DTYPES[torch.promote_types(norm_weight.dtype, mixed_qkv.dtype)]
+    _gdn_decode_step_kernel[(batch, hv, triton.cdiv(vd, bv))](
+        mixed_qkv, z, a, b, conv_weight, A_log, dt_bias, norm_weight,
+        conv_state, ssm_state, state_indices, out, ws, ws[batch * h :],
+        mixed_qkv.stride(0), z.stride(0), z.stride(1), a.stride(0), b.stride(0), eps, kd**-0.5,
+        H=h, HV=hv, G=hv // h, K=kd, V=vd, W=width, BK=bk, BV=bv, BVF=bvf, NV=triton.cdiv(vd, bv),
+        NW_DT=nw_dt, num_warps=num_warps or warps,
+    )  # fmt: skip
+    return out
