@@ -25,6 +25,7 @@ from hyserve.engine.sampling_params import SamplingParams
 from hyserve.engine.scheduler import ScheduledSequence, SchedulerOutput
 from hyserve.engine.sequence import Sequence
 from hyserve.kernels import use_reference
+from hyserve.model.loader import checkpoint_views
 
 log = logging.getLogger(__name__)
 
@@ -67,22 +68,6 @@ def add_verify_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--json", default=None, help="write the reports to this file")
 
 
-def _hf_name_map(config) -> dict[str, tuple[str, slice | None, bool]]:
-    """HF parameter name -> (our name, row slice of it, needs an inserted dim 1)."""
-    mapping: dict[str, tuple[str, slice | None, bool]] = {}
-    for i, kind in enumerate(config.layer_types):
-        pre = f"model.layers.{i}."
-        if kind == "linear_attention":
-            mapping[pre + "linear_attn.conv1d.weight"] = (pre + "linear_attn.conv1d.weight", None, True)
-        if config.is_moe:
-            inter, mlp = config.shared_expert_intermediate_size, pre + "mlp.shared_expert."
-        else:
-            inter, mlp = config.intermediate_size, pre + "mlp."
-        mapping[mlp + "gate_proj.weight"] = (mlp + "gate_up_proj.weight", slice(0, inter), False)
-        mapping[mlp + "up_proj.weight"] = (mlp + "gate_up_proj.weight", slice(inter, 2 * inter), False)
-    return mapping
-
-
 def build_reference(engine: LLMEngine) -> nn.Module:
     """Transformers' text model whose parameters are views of the engine's."""
     import transformers as tf
@@ -99,16 +84,9 @@ def build_reference(engine: LLMEngine) -> nn.Module:
     hf_config._attn_implementation = "sdpa"
     with torch.device("meta"):
         ref = cls(hf_config)
-    ours = dict(engine.model.named_parameters())
-    ours["lm_head.weight"] = engine.model.lm_head.weight
-    mapping = _hf_name_map(config)
+    ours = checkpoint_views(engine.model)
     for name, param in list(ref.named_parameters()):
-        our_name, rows, unsqueeze = mapping.get(name, (name, None, False))
-        tensor = ours[our_name]
-        if rows is not None:
-            tensor = tensor[rows]
-        if unsqueeze:
-            tensor = tensor.unsqueeze(1)
+        tensor = ours[name]
         if tuple(tensor.shape) != tuple(param.shape):
             raise RuntimeError(
                 f"{name}: transformers wants {list(param.shape)}, engine has {list(tensor.shape)}"

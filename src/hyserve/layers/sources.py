@@ -30,3 +30,11 @@ def set_sources(module: nn.Module, param_name: str, layouts: list[list[WeightSou
 def get_sources(module: nn.Module, param_name: str) -> list[list[WeightSource]]:
     """The alternative layouts of ``module.<param_name>``, the same-named tensor by default."""
     return getattr(module, "_weight_layouts", {}).get(param_name) or [[WeightSource(param_name)]]
+
+
+def resolve_key(module_prefix: str, key: str) -> str:
+    """The full checkpoint key of ``key`` given relative to the module at ``module_prefix``."""
+    parts = module_prefix.split(".") if module_prefix else []
+    while key.startswith("../"):
+        parts, key = parts[:-1], key[3:]
+    return ".".join([*parts, key])

@@ -19,7 +19,7 @@ from torch import nn
 from tqdm import tqdm
 
 from hyserve.config import ModelConfig
-from hyserve.layers import WeightSource, get_sources
+from hyserve.layers import WeightSource, get_sources, resolve_key
 from hyserve.model.qwen3_5 import Qwen3_5ForCausalLM
 
 log = logging.getLogger(__name__)
@@ -65,13 +65,6 @@ def _checkpoint_files(model_dir: Path) -> list[Path]:
     return files
 
 
-def _resolve(module_prefix: str, key: str) -> str:
-    parts = module_prefix.split(".") if module_prefix else []
-    while key.startswith("../"):
-        parts, key = parts[:-1], key[3:]
-    return ".".join([*parts, key])
-
-
 def _plan(model: nn.Module, available: set[str]) -> dict[str, list[tuple[nn.Parameter, str, WeightSource]]]:
     """checkpoint key -> [(parameter, its name, where it goes)], choosing one layout per parameter."""
     text_prefix = (
@@ -84,14 +77,14 @@ def _plan(model: nn.Module, available: set[str]) -> dict[str, list[tuple[nn.Para
         layouts = get_sources(model.get_submodule(owner), own)
         chosen = None
         for layout in layouts:
-            keys = [_resolve(owner, s.key) for s in layout]
+            keys = [resolve_key(owner, s.key) for s in layout]
             if text_prefix:
                 keys = [text_prefix + k[len("model.") :] if k.startswith("model.") else k for k in keys]
             if all(k in available for k in keys):
                 chosen = list(zip(keys, layout))
                 break
         if chosen is None:
-            first = [_resolve(owner, s.key) for s in layouts[0]]
+            first = [resolve_key(owner, s.key) for s in layouts[0]]
             missing.append(f"{name} (checkpoint key {first[0]}{' ...' if len(first) > 1 else ''})")
             continue
         for key, source in chosen:
@@ -169,3 +162,15 @@ def init_dummy_weights(model: nn.Module, seed: int = 0) -> None:
             fan_in = param.shape[-1]
             scale = 0.5 if name.endswith(_OUTPUT_PROJECTIONS) else 1.0
             param.normal_(0.0, scale / math.sqrt(fan_in), generator=gen)
+
+
+def checkpoint_views(model: nn.Module) -> dict[str, torch.Tensor]:
+    """The inverse of loading: text-only checkpoint key (``model.*``, ``lm_head.weight``) -> a view of the
+    engine's tensor holding it, in the checkpoint's shape (each parameter's first layout)."""
+    views: dict[str, torch.Tensor] = {}
+    for name, param in model.named_parameters():
+        owner, _, own = name.rpartition(".")
+        for source in get_sources(model.get_submodule(owner), own)[0]:
+            tensor = param[source.index] if source.index else param
+            views[resolve_key(owner, source.key)] = tensor.view(source.shape) if source.shape else tensor
+    return views

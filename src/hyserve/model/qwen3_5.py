@@ -66,10 +66,10 @@ class GatedDeltaNet(nn.Module):
         self.key_dim = config.linear_key_dim
         self.value_dim = config.linear_value_dim
         hidden = config.hidden_size
-        self.in_proj_qkv = Linear(hidden, config.linear_conv_dim)
-        self.in_proj_z = Linear(hidden, self.value_dim)
-        self.in_proj_b = Linear(hidden, self.num_v_heads)
-        self.in_proj_a = Linear(hidden, self.num_v_heads)
+        # in_proj_qkv | in_proj_z | in_proj_b | in_proj_a, stacked at load into one matrix: one GEMM per token
+        self.proj_sizes = [config.linear_conv_dim, self.value_dim, self.num_v_heads, self.num_v_heads]
+        parts = tuple(zip(("in_proj_qkv", "in_proj_z", "in_proj_b", "in_proj_a"), self.proj_sizes))
+        self.in_proj = Linear(hidden, sum(self.proj_sizes), parts=parts)
         self.conv1d = DepthwiseConv1d(config.linear_conv_dim, config.linear_conv_kernel_dim)
         self.dt_bias = _param(self.num_v_heads)
         self.A_log = _param(self.num_v_heads)
@@ -78,10 +78,9 @@ class GatedDeltaNet(nn.Module):
 
     def forward(self, x: torch.Tensor, batch: ForwardBatch, cache: ModelCache) -> torch.Tensor:
         t = x.shape[0]
-        mixed_qkv = self.in_proj_qkv(x)  # [T, 2*key_dim + value_dim]
-        z = self.in_proj_z(x).view(t, self.num_v_heads, self.head_v_dim)
-        b = self.in_proj_b(x)  # [T, HV]
-        a = self.in_proj_a(x)  # [T, HV]
+        # mixed_qkv [T, 2*key_dim + value_dim], z [T, value_dim], b and a [T, HV]
+        mixed_qkv, z, b, a = self.in_proj(x).split(self.proj_sizes, dim=-1)
+        z = z.view(t, self.num_v_heads, self.head_v_dim)
         conv_state = cache.conv_state[self.linear_index]
         ssm_state = cache.ssm_state[self.linear_index]
         if batch.is_decode:
@@ -126,9 +125,12 @@ class Attention(nn.Module):
         self.eps = config.rms_norm_eps
         self.scale = self.head_dim**-0.5
         hidden = config.hidden_size
-        self.q_proj = Linear(hidden, self.num_heads * self.head_dim * 2)
-        self.k_proj = Linear(hidden, self.num_kv_heads * self.head_dim)
-        self.v_proj = Linear(hidden, self.num_kv_heads * self.head_dim)
+        # q_proj (per head [query | gate]) | k_proj | v_proj, stacked at load into one matrix
+        q_size, kv_size = self.num_heads * self.head_dim * 2, self.num_kv_heads * self.head_dim
+        self.proj_sizes = [q_size, kv_size, kv_size]
+        self.qkv_proj = Linear(
+            hidden, sum(self.proj_sizes), parts=(("q_proj", q_size), ("k_proj", kv_size), ("v_proj", kv_size))
+        )
         self.o_proj = Linear(self.num_heads * self.head_dim, hidden)
         self.q_norm = RMSNorm(self.head_dim, config.rms_norm_eps)
         self.k_norm = RMSNorm(self.head_dim, config.rms_norm_eps)
@@ -137,9 +139,10 @@ class Attention(nn.Module):
         self, x: torch.Tensor, batch: ForwardBatch, cache: ModelCache, rope: tuple[torch.Tensor, torch.Tensor]
     ) -> torch.Tensor:
         t = x.shape[0]
-        q, gate = self.q_proj(x).view(t, self.num_heads, 2 * self.head_dim).chunk(2, dim=-1)
-        k = self.k_proj(x).view(t, self.num_kv_heads, self.head_dim)
-        v = self.v_proj(x).view(t, self.num_kv_heads, self.head_dim)
+        q_gate, k, v = self.qkv_proj(x).split(self.proj_sizes, dim=-1)
+        q, gate = q_gate.view(t, self.num_heads, 2 * self.head_dim).chunk(2, dim=-1)
+        k = k.view(t, self.num_kv_heads, self.head_dim)
+        v = v.view(t, self.num_kv_heads, self.head_dim)
         q, k = ops.qk_norm_rope(
             q, k, self.q_norm.weight, self.k_norm.weight, self.eps, *rope, self.rotary_dim
         )
