@@ -102,13 +102,15 @@ def causal_conv1d_prefill_triton(
     block_t: int | None = None,
     block_d: int | None = None,
     num_warps: int | None = None,
+    out: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """Same contract as ``causal_conv1d_prefill_reference``; the keyword arguments override the config."""
+    """Same contract as ``causal_conv1d_prefill_reference``; the keyword arguments override the config,
+    ``out`` [T, D] (last dim contiguous) receives the result (else allocated)."""
     t, d = x.shape
     width = weight.shape[-1]
     n = state_indices.shape[0]
     assert x.stride(-1) == 1 and conv_state.is_contiguous() and conv_state.shape[1:] == (width - 1, d)
-    out = torch.empty_like(x)
+    out = torch.empty_like(x) if out is None else out
     if t == 0 or n == 0:
         return out
     weight = weight.reshape(d, width)

@@ -73,13 +73,17 @@ def gated_delta_rule_decode_triton(
     state_indices: torch.Tensor,
     block_v: int | None = None,
     num_warps: int | None = None,
+    out: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """Same contract as ``gated_delta_rule_decode_reference``; ``block_v``/``num_warps`` override the config."""
+    """Same contract as ``gated_delta_rule_decode_reference``; ``block_v``/``num_warps`` override the config,
+    ``out`` [B, HV, V] contiguous receives o (else allocated)."""
     b, h, kd = q.shape
     hv, vd = v.shape[1], v.shape[2]
     assert q.stride(-1) == k.stride(-1) == v.stride(-1) == 1 and state.is_contiguous()
     assert state.dtype == torch.float32 and hv % h == 0
-    out = torch.empty((b, hv, vd), device=v.device, dtype=v.dtype)
+    if out is None:
+        out = torch.empty((b, hv, vd), device=v.device, dtype=v.dtype)
+    assert out.is_contiguous()
     if b == 0:
         return out
     g = g if g.stride(-1) == 1 else g.contiguous()

@@ -269,6 +269,15 @@ def _output_kernel(
 _TL_DTYPES = {torch.float32: tl.float32, torch.float16: tl.float16, torch.bfloat16: tl.bfloat16}
 
 
+POISON_SCRATCH = False  # tests: fill the intermediates with NaN to catch reads of unwritten rows
+
+
+def _scratch(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    if POISON_SCRATCH:
+        return torch.full(shape, float("nan"), dtype=dtype, device=device)
+    return torch.empty(shape, dtype=dtype, device=device)
+
+
 def _pow2(n: int, floor: int = 16) -> int:
     return max(floor, triton.next_power_of_2(n))
 
@@ -284,15 +293,19 @@ def gated_delta_rule_prefill_triton(
     state_indices: torch.Tensor,
     has_initial_state: torch.Tensor,
     configs: dict | None = None,
+    out: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """Same contract as ``gated_delta_rule_prefill_reference``; no host synchronisation."""
+    """Same contract as ``gated_delta_rule_prefill_reference``; no host synchronisation.
+
+    ``configs`` overrides entries of ``_CONFIGS``; ``out`` [T, HV, V] receives o (else allocated)."""
     cfg = {**_CONFIGS, **(configs or {})}
     t, h, kd = q.shape
     hv, vd = v.shape[1], v.shape[2]
     n = state_indices.shape[0]
     assert q.stride(-1) == k.stride(-1) == v.stride(-1) == 1 and state.is_contiguous()
     assert state.dtype == torch.float32 and hv % h == 0
-    out = torch.empty((t, hv, vd), device=v.device, dtype=v.dtype)
+    if out is None:
+        out = torch.empty((t, hv, vd), device=v.device, dtype=v.dtype)
     if t == 0 or n == 0:
         return out
     g = g if g.stride(-1) == 1 else g.contiguous()
@@ -303,11 +316,11 @@ def gated_delta_rule_prefill_triton(
     max_chunks = triton.cdiv(t, CHUNK) + n
     dt = q.dtype
     prec = "ieee" if dt == torch.float32 else "tf32"  # tf32: fp32-operand dots of the solve, on the GPU
-    cum = torch.empty((t, hv), device=q.device, dtype=torch.float32)
-    w = torch.empty((t, hv, kd), device=q.device, dtype=dt)
-    u = torch.empty((t, hv, vd), device=q.device, dtype=dt)
-    v_new = torch.empty((t, hv, vd), device=q.device, dtype=dt)
-    hstate = torch.empty((max_chunks, hv, kd, vd), device=q.device, dtype=dt)
+    cum = _scratch((t, hv), torch.float32, q.device)
+    w = _scratch((t, hv, kd), dt, q.device)
+    u = _scratch((t, hv, vd), dt, q.device)
+    v_new = _scratch((t, hv, vd), dt, q.device)
+    hstate = _scratch((max_chunks, hv, kd, vd), dt, q.device)
     _prepare_kernel[(max_chunks, hv)](
         k, v, g, beta, cu_seqlens, w, u, cum,
         k.stride(0), k.stride(1), v.stride(0), v.stride(1), g.stride(0), beta.stride(0), n,

@@ -182,8 +182,10 @@ def gdn_decode_step_triton(
     state_indices: torch.Tensor,
     block_v: int | None = None,
     num_warps: int | None = None,
+    out: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """Same contract as ``gdn_decode_step_reference``; ``block_v``/``num_warps`` override the config."""
+    """Same contract as ``gdn_decode_step_reference``; ``block_v``/``num_warps`` override the config,
+    ``out`` [B, HV, V] contiguous receives o (else allocated)."""
     batch, dim = mixed_qkv.shape
     _, hv, kd, vd = ssm_state.shape
     width = conv_weight.shape[-1]
@@ -195,7 +197,9 @@ def gdn_decode_step_triton(
         and ssm_state.is_contiguous()
     )
     assert conv_state.shape[1:] == (width - 1, dim) and 2 * h * kd + hv * vd == dim and width >= 2
-    out = torch.empty((batch, hv, vd), device=mixed_qkv.device, dtype=mixed_qkv.dtype)
+    if out is None:
+        out = torch.empty((batch, hv, vd), device=mixed_qkv.device, dtype=mixed_qkv.dtype)
+    assert out.is_contiguous()
     if batch == 0:
         return out
     conv_weight = conv_weight.reshape(dim, width)
