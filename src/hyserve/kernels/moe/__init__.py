@@ -3,10 +3,58 @@
 Expert weights are stacked: ``w_gate_up [E, 2I, H]`` (rows 0..I-1 gate, I..2I-1 up) and
 ``w_down [E, H, I]``; the shared expert is ``shared_gate_up [2Is, H]``, ``shared_down [H, Is]`` with its
 scalar gate ``shared_expert_gate [1, H]``.
+
+``fused_moe`` runs the Triton pipeline (``triton_moe.fused_moe_triton``: routing + grouping kernel,
+grouped gate_up with SwiGLU, down projection with the weighted sum; decode and prefill variants picked
+by T, tile plans in ``configs/``) when ``dispatch.triton_enabled`` allows it, else the reference.
 """
 
+from __future__ import annotations
+
+import torch
+
+from hyserve.kernels.dispatch import triton_enabled
 from hyserve.kernels.moe.reference import fused_moe_reference, route_reference
 
-fused_moe = fused_moe_reference
+_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+
+
+def fused_moe(
+    x: torch.Tensor,
+    gate_weight: torch.Tensor,
+    w_gate_up: torch.Tensor,
+    w_down: torch.Tensor,
+    top_k: int,
+    shared_gate_up: torch.Tensor | None = None,
+    shared_down: torch.Tensor | None = None,
+    shared_expert_gate: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """x: [..., H] -> [..., H] in x's dtype (the contract of ``fused_moe_reference``)."""
+    if (
+        triton_enabled(x, gate_weight, w_gate_up, w_down)
+        and x.dtype in _DTYPES
+        and w_gate_up.dtype == x.dtype
+        and w_down.dtype == x.dtype
+        and w_gate_up.stride(-1) == 1
+        and w_down.stride(-1) == 1
+    ):
+        from hyserve.kernels.moe.triton_moe import fused_moe_triton
+
+        shape = x.shape
+        out = fused_moe_triton(
+            x.reshape(-1, shape[-1]),
+            gate_weight,
+            w_gate_up,
+            w_down,
+            top_k,
+            shared_gate_up,
+            shared_down,
+            shared_expert_gate,
+        )
+        return out.reshape(shape)
+    return fused_moe_reference(
+        x, gate_weight, w_gate_up, w_down, top_k, shared_gate_up, shared_down, shared_expert_gate
+    )
+
 
 __all__ = ["fused_moe", "fused_moe_reference", "route_reference"]

@@ -1,0 +1,373 @@
+"""MoE routing and expert grouping in Triton: fp32 softmax over all E, top-k, renormalise, then the
+(token, slot) pairs sorted by expert and cut into blocks of at most BLOCK_M rows for the expert GEMMs.
+
+Inputs: router logits [T, E] (``x @ gate_weight.T``, computed by cuBLAS: a GEMV/GEMM that spreads over
+all SMs). Outputs (all int32 unless noted, no host reads, CUDA-graph safe; grids depend on T only):
+
+- ``topk_ids [T, k]``, ``topk_weights [T, k]`` fp32 (rounded through x's dtype, as HF does
+  ``w.to(logits.dtype)``); slots in descending probability order, like ``torch.topk``.
+- ``sorted_pairs [N]`` (N = T*k): pair ids ``t*k + j`` sorted by expert, then by pair id (stable).
+  "Row" r in [0, N) of the expert GEMMs is the pair ``sorted_pairs[r]``; rows N..N+T-1 are the shared
+  expert's (row N + t is token t).
+- ``meta [3*MAXB + 1]``: block b (b < meta[3*MAXB] = number of blocks) covers rows
+  ``[meta[MAXB+b], meta[MAXB+b] + meta[2*MAXB+b])`` (at most BLOCK_M rows, never padded) of expert
+  ``meta[b]``; expert id E means the shared expert. Routed blocks come first, by expert id, then the
+  ``cdiv(T, BLOCK_M)`` shared blocks. MAXB (``max_blocks``) is a host bound that depends on T only.
+
+Two implementations of the grouping, same outputs:
+
+- small T (``TP*KP <= SMALL_PAIRS``): one program (``_route_small_kernel``) does everything: softmax and
+  top-k on a [TP, EP] tile; the row of pair i is the rank of its unique key ``expert*N + i`` (a
+  [chunk, TP*KP] comparison summed per row: a counting sort without ``tl.sort``); ``tl.histogram`` for
+  the per-expert counts, block list from cumsums. One launch: this is the decode path.
+- large T: ``_route_kernel`` (grid cdiv(T, BT): top-k + per-token-block histogram [NTB, EP]),
+  ``_align_scan_kernel`` (one program: per-expert totals, each token block's base offset per expert,
+  the block list) and ``_align_scatter_kernel`` (grid NTB: each pair lands at base[tb, expert] + its
+  rank in the token block's expert-sorted order). Deterministic; no atomics anywhere.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import triton
+import triton.language as tl
+
+from hyserve.kernels.moe.workspace import empty
+
+SMALL_PAIRS = 1024  # largest TP*KP the single-program path takes
+RANK_CHUNK = tl.constexpr(128)  # rows of the [RANK_CHUNK, P] key comparison done at once
+_BIG = tl.constexpr(2**31 - 1)
+
+
+@triton.jit
+def _softmax_topk(logits, cols, E, K: tl.constexpr, KP: tl.constexpr, ROUND: tl.constexpr):
+    """logits [R, EP] fp32 (-inf in columns >= E) -> (ids [R, KP] int32, weights [R, KP] fp32).
+
+    Columns >= K of the outputs are 0. ROUND: 0 keep fp32, 1 round the weights through bf16, 2 fp16."""
+    m = tl.max(logits, axis=1)
+    p = tl.exp(logits - m[:, None])
+    p = p / tl.sum(p, axis=1)[:, None]
+    p = tl.where(cols[None, :] < E, p, -2.0)
+    kc = tl.arange(0, KP)
+    ids = tl.zeros((logits.shape[0], KP), dtype=tl.int32)
+    w = tl.zeros((logits.shape[0], KP), dtype=tl.float32)
+    for j in tl.static_range(K):
+        best = tl.max(p, axis=1)
+        idx = tl.argmax(p, axis=1, tie_break_left=True).to(tl.int32)
+        ids = tl.where(kc[None, :] == j, idx[:, None], ids)
+        w = tl.where(kc[None, :] == j, best[:, None], w)
+        p = tl.where(cols[None, :] == idx[:, None], -1.0, p)
+    w = w / tl.sum(w, axis=1)[:, None]
+    if ROUND == 1:
+        w = w.to(tl.bfloat16).to(tl.float32)
+    elif ROUND == 2:
+        w = w.to(tl.float16).to(tl.float32)
+    return ids, w
+
+
+@triton.jit
+def _write_blocks(
+    meta_ptr, counts, cols, E, T, N, MAXB, MAX_NB, BLOCK_M: tl.constexpr, HAS_SHARED: tl.constexpr
+):
+    """Block list from per-expert counts [EP]: expert e gets cdiv(count, BLOCK_M) blocks starting at
+    its exclusive-cumsum row; then the shared expert's cdiv(T, BLOCK_M) blocks; then the count."""
+    nb = (counts + BLOCK_M - 1) // BLOCK_M
+    boff = tl.cumsum(nb, axis=0) - nb
+    start = tl.cumsum(counts, axis=0) - counts
+    for j in range(0, MAX_NB):
+        m = j < nb
+        b = boff + j
+        tl.store(meta_ptr + b, cols, mask=m)
+        tl.store(meta_ptr + MAXB + b, start + j * BLOCK_M, mask=m)
+        tl.store(meta_ptr + 2 * MAXB + b, tl.minimum(counts - j * BLOCK_M, BLOCK_M), mask=m)
+    nrb = tl.sum(nb, axis=0)
+    total = nrb
+    if HAS_SHARED:
+        nsb = (T + BLOCK_M - 1) // BLOCK_M
+        sj = tl.arange(0, 64)
+        for s0 in range(0, nsb, 64):
+            js = s0 + sj
+            ms = js < nsb
+            bs = nrb + js
+            tl.store(meta_ptr + bs, js * 0 + E, mask=ms)
+            tl.store(meta_ptr + MAXB + bs, N + js * BLOCK_M, mask=ms)
+            tl.store(meta_ptr + 2 * MAXB + bs, tl.minimum(T - js * BLOCK_M, BLOCK_M), mask=ms)
+        total = nrb + nsb
+    tl.store(meta_ptr + 3 * MAXB, total)
+
+
+@triton.jit
+def _route_small_kernel(
+    logits_ptr,
+    stride_lt,
+    ids_ptr,
+    w_ptr,
+    sorted_ptr,
+    meta_ptr,
+    T,
+    E,
+    MAXB,
+    K: tl.constexpr,
+    KP: tl.constexpr,
+    TP: tl.constexpr,
+    EP: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    ROUND: tl.constexpr,
+    HAS_SHARED: tl.constexpr,
+):
+    """Grid (1,): route T <= TP tokens and group their T*K pairs by expert (decode path)."""
+    rows = tl.arange(0, TP)
+    cols = tl.arange(0, EP)
+    kc = tl.arange(0, KP)
+    rmask = rows < T
+    logits = tl.load(
+        logits_ptr + rows[:, None] * stride_lt + cols[None, :],
+        mask=rmask[:, None] & (cols[None, :] < E),
+        other=0.0,
+    ).to(tl.float32)
+    logits = tl.where(cols[None, :] < E, logits, float("-inf"))
+    ids, w = _softmax_topk(logits, cols, E, K, KP, ROUND)
+    valid = rmask[:, None] & (kc[None, :] < K)
+    pair = rows[:, None] * K + kc[None, :]
+    tl.store(ids_ptr + pair, ids, mask=valid)
+    tl.store(w_ptr + pair, w, mask=valid)
+
+    N = T * K
+    P: tl.constexpr = TP * KP
+    # row of pair i = rank of its unique key expert*N + i among all keys (a counting sort by comparison:
+    # no tl.sort, whose xor-reductions the interpreter runs element by element)
+    key = tl.reshape(tl.where(valid, ids * N + pair, _BIG), [P])
+    if P <= RANK_CHUNK:
+        rank = tl.sum((key[None, :] < key[:, None]).to(tl.int32), axis=1)
+        tl.store(sorted_ptr + rank, tl.reshape(pair, [P]), mask=tl.reshape(valid, [P]))
+    else:
+        tl.debug_barrier()  # the ids stored above are re-read by other threads of this program
+        ci = tl.arange(0, RANK_CHUNK)
+        for c0 in range(0, N, RANK_CHUNK):
+            pi = c0 + ci
+            m = pi < N
+            kc_ = tl.where(m, tl.load(ids_ptr + pi, mask=m, other=0) * N + pi, _BIG)
+            rank = tl.sum((key[None, :] < kc_[:, None]).to(tl.int32), axis=1)
+            tl.store(sorted_ptr + rank, pi, mask=m)
+    counts = tl.histogram(tl.reshape(tl.where(valid, ids, 0), [P]), EP)
+    counts = counts - tl.where(cols == 0, P - N, 0)  # the invalid entries all went to bin 0
+    _write_blocks(meta_ptr, counts, cols, E, T, N, MAXB, (TP + BLOCK_M - 1) // BLOCK_M, BLOCK_M, HAS_SHARED)
+
+
+@triton.jit
+def _route_kernel(
+    logits_ptr,
+    stride_lt,
+    ids_ptr,
+    w_ptr,
+    counts_ptr,
+    T,
+    E,
+    K: tl.constexpr,
+    KP: tl.constexpr,
+    BT: tl.constexpr,
+    EP: tl.constexpr,
+    ROUND: tl.constexpr,
+):
+    """Grid (cdiv(T, BT),): top-k of BT tokens; counts[tb, e] = pairs of this token block on expert e."""
+    tb = tl.program_id(0)
+    rows = tb * BT + tl.arange(0, BT)
+    cols = tl.arange(0, EP)
+    kc = tl.arange(0, KP)
+    rmask = rows < T
+    logits = tl.load(
+        logits_ptr + rows[:, None].to(tl.int64) * stride_lt + cols[None, :],
+        mask=rmask[:, None] & (cols[None, :] < E),
+        other=0.0,
+    ).to(tl.float32)
+    logits = tl.where(cols[None, :] < E, logits, float("-inf"))
+    ids, w = _softmax_topk(logits, cols, E, K, KP, ROUND)
+    valid = rmask[:, None] & (kc[None, :] < K)
+    pair = rows[:, None] * K + kc[None, :]
+    tl.store(ids_ptr + pair, ids, mask=valid)
+    tl.store(w_ptr + pair, w, mask=valid)
+    P: tl.constexpr = BT * KP
+    n_valid = tl.sum(tl.sum(valid.to(tl.int32), axis=1), axis=0)
+    counts = tl.histogram(tl.reshape(tl.where(valid, ids, 0), [P]), EP)
+    counts = counts - tl.where(cols == 0, P - n_valid, 0)
+    tl.store(counts_ptr + tb * EP + cols, counts)
+
+
+@triton.jit
+def _align_scan_kernel(
+    counts_ptr,
+    base_ptr,
+    meta_ptr,
+    NTB,
+    T,
+    E,
+    MAXB,
+    K: tl.constexpr,
+    EP: tl.constexpr,
+    CT: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    HAS_SHARED: tl.constexpr,
+):
+    """Grid (1,): base[tb, e] = first row of expert e's pairs from token block tb, minus the index its
+    first pair has in the token block's own expert-sorted order; then the block list."""
+    cols = tl.arange(0, EP)
+    ct = tl.arange(0, CT)
+    total = tl.zeros((EP,), dtype=tl.int32)
+    for c0 in range(0, NTB, CT):
+        r = c0 + ct
+        tile = tl.load(counts_ptr + r[:, None] * EP + cols[None, :], mask=(r < NTB)[:, None], other=0)
+        total += tl.sum(tile, axis=0)
+    running = tl.cumsum(total, axis=0) - total
+    for c0 in range(0, NTB, CT):
+        r = c0 + ct
+        rm = (r < NTB)[:, None]
+        tile = tl.load(counts_ptr + r[:, None] * EP + cols[None, :], mask=rm, other=0)
+        before = tl.cumsum(tile, axis=0) - tile  # earlier token blocks of this chunk
+        local = tl.cumsum(tile, axis=1) - tile  # start of expert e in the token block's sorted order
+        tl.store(base_ptr + r[:, None] * EP + cols[None, :], running[None, :] + before - local, mask=rm)
+        running += tl.sum(tile, axis=0)
+    max_nb = tl.max((total + BLOCK_M - 1) // BLOCK_M, axis=0)
+    _write_blocks(meta_ptr, total, cols, E, T, T * K, MAXB, max_nb, BLOCK_M, HAS_SHARED)
+
+
+@triton.jit
+def _align_scatter_kernel(
+    ids_ptr,
+    base_ptr,
+    sorted_ptr,
+    T,
+    K: tl.constexpr,
+    KP: tl.constexpr,
+    BT: tl.constexpr,
+    EP: tl.constexpr,
+):
+    """Grid (NTB,): sort the token block's pairs by expert; pair i of that order goes to row base + i."""
+    tb = tl.program_id(0)
+    lt = tl.arange(0, BT)
+    kc = tl.arange(0, KP)
+    rows = tb * BT + lt
+    valid = (rows < T)[:, None] & (kc[None, :] < K)
+    ids = tl.load(ids_ptr + rows[:, None] * K + kc[None, :], mask=valid, other=0)
+    P: tl.constexpr = BT * KP
+    key = tl.reshape(tl.where(valid, ids * P + lt[:, None] * KP + kc[None, :], _BIG), [P])
+    rank = tl.sum((key[None, :] < key[:, None]).to(tl.int32), axis=1)  # index in the block's sorted order
+    vm = tl.reshape(valid, [P])
+    e = tl.reshape(ids, [P])
+    pair = tl.reshape(rows[:, None] * K + kc[None, :], [P])
+    base = tl.load(base_ptr + tb * EP + e, mask=vm, other=0)
+    tl.store(sorted_ptr + base + rank, pair, mask=vm)
+
+
+@dataclass
+class Routing:
+    """What the expert kernels read (see the module docstring)."""
+
+    topk_ids: torch.Tensor  # [T, k] int32
+    topk_weights: torch.Tensor  # [T, k] fp32
+    sorted_pairs: torch.Tensor  # [T*k] int32
+    meta: torch.Tensor  # [3*max_blocks + 1] int32
+    max_blocks: int
+    block_m: int
+
+
+def max_blocks(T: int, E: int, k: int, block_m: int, with_shared: bool) -> int:
+    """Upper bound on the number of blocks: sum_e cdiv(c_e, BM) <= N // BM + #experts used (<= min(E, N))."""
+    n = T * k
+    routed = min(n, n // block_m + min(E, n))
+    return max(1, routed + (triton.cdiv(T, block_m) if with_shared else 0))
+
+
+def _round_code(dtype: torch.dtype) -> int:
+    return {torch.bfloat16: 1, torch.float16: 2}.get(dtype, 0)
+
+
+def route_topk(
+    logits: torch.Tensor, top_k: int, weight_dtype: torch.dtype
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """logits [T, E] -> (topk_ids [T, k] int32, topk_weights [T, k] fp32 rounded through weight_dtype)."""
+    T, E = logits.shape
+    ids = empty((T, top_k), torch.int32, logits.device)
+    w = empty((T, top_k), torch.float32, logits.device)
+    if T == 0:
+        return ids, w
+    EP = triton.next_power_of_2(E)
+    KP = triton.next_power_of_2(top_k)
+    BT = max(1, min(16, 4096 // EP))
+    ntb = triton.cdiv(T, BT)
+    counts = empty((ntb, EP), torch.int32, logits.device)
+    _route_kernel[(ntb,)](
+        logits,
+        logits.stride(0),
+        ids,
+        w,
+        counts,
+        T,
+        E,
+        top_k,
+        KP,
+        BT,
+        EP,
+        _round_code(weight_dtype),
+        num_warps=4,
+    )
+    return ids, w
+
+
+def route_and_align(
+    logits: torch.Tensor,
+    top_k: int,
+    block_m: int,
+    with_shared: bool,
+    weight_dtype: torch.dtype,
+    force_large: bool = False,
+) -> Routing:
+    """Route T tokens (logits [T, E], any float dtype) and group the pairs by expert (T >= 1)."""
+    T, E = logits.shape
+    dev = logits.device
+    assert logits.stride(1) == 1
+    EP = triton.next_power_of_2(E)
+    KP = triton.next_power_of_2(top_k)
+    TP = triton.next_power_of_2(T)
+    n = T * top_k
+    mb = max_blocks(T, E, top_k, block_m, with_shared)
+    ids = empty((T, top_k), torch.int32, dev)
+    w = empty((T, top_k), torch.float32, dev)
+    sorted_pairs = empty((n,), torch.int32, dev)
+    meta = empty((3 * mb + 1,), torch.int32, dev)
+    rnd = _round_code(weight_dtype)
+    if TP * KP <= SMALL_PAIRS and not force_large:
+        _route_small_kernel[(1,)](
+            logits,
+            logits.stride(0),
+            ids,
+            w,
+            sorted_pairs,
+            meta,
+            T,
+            E,
+            mb,
+            top_k,
+            KP,
+            TP,
+            EP,
+            block_m,
+            rnd,
+            with_shared,
+            num_warps=8 if TP * EP >= 4096 else 4,
+        )
+    else:
+        BT = max(1, min(16, 4096 // EP, RANK_CHUNK.value // KP))
+        ntb = triton.cdiv(T, BT)
+        counts = empty((ntb, EP), torch.int32, dev)
+        base = empty((ntb, EP), torch.int32, dev)
+        _route_kernel[(ntb,)](
+            logits, logits.stride(0), ids, w, counts, T, E, top_k, KP, BT, EP, rnd, num_warps=4
+        )
+        CT = max(1, min(64, 8192 // EP))
+        _align_scan_kernel[(1,)](
+            counts, base, meta, ntb, T, E, mb, top_k, EP, CT, block_m, with_shared, num_warps=8
+        )
+        _align_scatter_kernel[(ntb,)](ids, base, sorted_pairs, T, top_k, KP, BT, EP, num_warps=4)
+    return Routing(ids, w, sorted_pairs, meta, mb, block_m)

@@ -1,0 +1,341 @@
+"""Fused MoE: reference vs a float64 per-token formula; Triton routing/grouping vs torch; every Triton path
+(decode "reduce" with tensor-core dots, GEMV block_m < 16, prefill "scatter" with the multi-kernel
+grouping) vs the reference on fresh random inputs with NaN-poisoned outputs and workspaces.
+
+CPU: TRITON_INTERPRET=1, small odd shapes, fp32 (ieee dots). CUDA: also the real shapes (E=256, k=8,
+H=2048, I=512, bf16) with a realistic router (N(0, 1/H) weights on RMS-normalised x); bf16 logits
+tie often at the k-th boundary, so tokens whose reference top-k is tied there are compared on routing
+only (any tie-break is a valid top-k).
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from hyserve.kernels.moe import fused_moe, workspace
+from hyserve.kernels.moe.configs import fit_plan, get_plan
+from hyserve.kernels.moe.reference import fused_moe_reference, route_reference
+
+CUDA = torch.cuda.is_available()
+DEVICES = ["cpu"] + (["cuda"] if CUDA else [])
+SMALL = dict(E=8, H=48, I=40)
+
+
+@pytest.fixture(autouse=True)
+def _triton_env(monkeypatch):
+    monkeypatch.setenv("HYSERVE_KERNELS", "triton")
+    if not CUDA:
+        monkeypatch.setenv("TRITON_INTERPRET", "1")
+    monkeypatch.setattr(workspace, "POISON", True)
+
+
+def make_inputs(
+    T: int,
+    E: int,
+    H: int,
+    I: int,
+    dtype: torch.dtype = torch.float32,
+    device: str = "cpu",
+    dead: int = 0,
+    shared_i: int | None = None,
+    shared_gate: bool = True,
+    realistic: bool = False,
+    seed: int = 0,
+) -> dict:
+    """Random MoE weights; experts 0..dead-1 never win (a large positive feature they weigh negatively)."""
+    g = torch.Generator().manual_seed(seed)
+
+    def rnd(*shape, scale=1.0):
+        return torch.randn(*shape, generator=g) * scale
+
+    x = rnd(T, H)
+    if realistic:
+        x = x / x.pow(2).mean(-1, keepdim=True).sqrt()
+        gate_weight = rnd(E, H, scale=H**-0.5)
+    else:
+        gate_weight = rnd(E, H)
+    if dead:
+        x[:, 0] = 4.0
+        gate_weight[:dead, 0] = -40.0
+    si = I if shared_i is None else shared_i
+    d = dict(
+        x=x,
+        gate_weight=gate_weight,
+        w_gate_up=rnd(E, 2 * I, H, scale=H**-0.5),
+        w_down=rnd(E, H, I, scale=I**-0.5),
+        shared_gate_up=rnd(2 * si, H, scale=H**-0.5) if si else None,
+        shared_down=rnd(H, si, scale=si**-0.5) if si else None,
+        shared_expert_gate=rnd(1, H, scale=H**-0.5) if (si and shared_gate) else None,
+    )
+    return {k: (v.to(device=device, dtype=dtype) if v is not None else None) for k, v in d.items()}
+
+
+def moe_float64(d: dict, top_k: int) -> torch.Tensor:
+    """The block, token by token, in float64: softmax -> top-k -> renormalise -> SwiGLU experts + shared."""
+    f = {k: (v.double().cpu() if v is not None else None) for k, v in d.items()}
+    x = f["x"]
+    inter = f["w_gate_up"].shape[1] // 2
+    out = torch.zeros_like(x)
+    for t in range(x.shape[0]):
+        p = torch.softmax(f["gate_weight"] @ x[t], 0)
+        w, ids = torch.topk(p, top_k)
+        w = w / w.sum()
+        for wj, e in zip(w.tolist(), ids.tolist()):
+            gu = f["w_gate_up"][e] @ x[t]
+            hidden = torch.nn.functional.silu(gu[:inter]) * gu[inter:]
+            out[t] += wj * (f["w_down"][e] @ hidden)
+        if f["shared_gate_up"] is not None:
+            si = f["shared_gate_up"].shape[0] // 2
+            gu = f["shared_gate_up"] @ x[t]
+            s = f["shared_down"] @ (torch.nn.functional.silu(gu[:si]) * gu[si:])
+            if f["shared_expert_gate"] is not None:
+                s = s * torch.sigmoid(f["shared_expert_gate"][0] @ x[t])
+            out[t] += s
+    return out
+
+
+def rel_err(a: torch.Tensor, b: torch.Tensor) -> float:
+    return ((a.float() - b.float()).norm() / b.float().norm().clamp_min(1e-30)).item()
+
+
+def max_rel_err(a: torch.Tensor, b: torch.Tensor) -> float:
+    return ((a.float() - b.float()).abs().max() / b.float().abs().max().clamp_min(1e-30)).item()
+
+
+def small_plan(block_m: int, mode: str, E: int = 8, H: int = 48, I: int = 40) -> dict:
+    """Tiles that cover the small test dims in one program each (few interpreter programs)."""
+    p = {
+        "block_m": block_m,
+        "down_mode": mode,
+        "gate_up": {"BLOCK_I": 64, "BLOCK_K": 64},
+        "down": {"BLOCK_H": 64, "BLOCK_K": 64},
+    }
+    return fit_plan(p, H, I)
+
+
+def run_triton(d: dict, top_k: int, plan: dict | None = None, force_large: bool = False) -> torch.Tensor:
+    from hyserve.kernels.moe.triton_moe import fused_moe_triton
+
+    x = d["x"]
+    out = torch.full_like(x, float("nan"))
+    args = [d[k] for k in ("gate_weight", "w_gate_up", "w_down")]
+    extra = [d[k] for k in ("shared_gate_up", "shared_down", "shared_expert_gate")]
+    return fused_moe_triton(x, *args, top_k, *extra, plan=plan, force_large_routing=force_large, out=out)
+
+
+def boundary_ties(d: dict, top_k: int) -> torch.Tensor:
+    """[T] bool: the reference's k-th and (k+1)-th router logits are equal (top-k set is ambiguous)."""
+    logits = torch.nn.functional.linear(d["x"], d["gate_weight"]).float()
+    if logits.shape[1] <= top_k:
+        return torch.zeros(logits.shape[0], dtype=torch.bool, device=logits.device)
+    s = logits.sort(-1, descending=True).values
+    return s[:, top_k - 1] == s[:, top_k]
+
+
+# ----------------------------------------------------------------------------- reference
+
+
+@pytest.mark.parametrize("T", [1, 5, 33])
+@pytest.mark.parametrize("top_k", [2, 3])
+def test_reference_vs_float64(T: int, top_k: int) -> None:
+    d = make_inputs(T, **SMALL, seed=T * 10 + top_k)
+    ref = fused_moe_reference(
+        d["x"],
+        d["gate_weight"],
+        d["w_gate_up"],
+        d["w_down"],
+        top_k,
+        *[d[k] for k in ("shared_gate_up", "shared_down", "shared_expert_gate")],
+    )
+    assert rel_err(ref, moe_float64(d, top_k)) < 1e-5
+
+
+# ----------------------------------------------------------------------------- routing
+
+
+def _expected_meta(ids: torch.Tensor, E: int, bm: int, with_shared: bool) -> list[tuple[int, int, int]]:
+    T = ids.shape[0]
+    n = ids.numel()
+    counts = torch.bincount(ids.flatten().long(), minlength=E).tolist()
+    blocks, start = [], 0
+    for e, c in enumerate(counts):
+        for j in range(0, c, bm):
+            blocks.append((e, start + j, min(bm, c - j)))
+        start += c
+    if with_shared:
+        for j in range(0, T, bm):
+            blocks.append((E, n + j, min(bm, T - j)))
+    return blocks
+
+
+@pytest.mark.parametrize("T", [1, 5, 33, 130])
+@pytest.mark.parametrize("force_large", [False, True])
+def test_routing_and_grouping(T: int, force_large: bool) -> None:
+    from hyserve.kernels.moe.routing import route_and_align
+
+    E, top_k, bm = 8, 3, 4
+    d = make_inputs(T, **SMALL, dead=2, seed=T)
+    logits = torch.nn.functional.linear(d["x"], d["gate_weight"])
+    rt = route_and_align(logits, top_k, bm, True, d["x"].dtype, force_large=force_large)
+    w_ref, ids_ref = route_reference(d["x"], d["gate_weight"], top_k)
+    assert torch.equal(rt.topk_ids.long(), ids_ref)
+    torch.testing.assert_close(rt.topk_weights, w_ref.float(), rtol=1e-6, atol=1e-7)
+    assert not (rt.topk_ids < 2).any()  # the dead experts got no tokens
+    order = torch.argsort(ids_ref.flatten(), stable=True)
+    assert torch.equal(rt.sorted_pairs.long(), order)
+    blocks = _expected_meta(ids_ref, E, bm, True)
+    mb = rt.max_blocks
+    meta = rt.meta.tolist()
+    assert meta[3 * mb] == len(blocks) <= mb
+    got = [(meta[b], meta[mb + b], meta[2 * mb + b]) for b in range(len(blocks))]
+    assert got == blocks
+
+
+def test_route_topk_only() -> None:
+    from hyserve.kernels.moe.routing import route_topk
+
+    d = make_inputs(9, **SMALL, seed=3)
+    logits = torch.nn.functional.linear(d["x"], d["gate_weight"])
+    ids, w = route_topk(logits, 3, torch.float32)
+    w_ref, ids_ref = route_reference(d["x"], d["gate_weight"], 3)
+    assert torch.equal(ids.long(), ids_ref)
+    torch.testing.assert_close(w, w_ref, rtol=1e-6, atol=1e-7)
+
+
+# ----------------------------------------------------------------------------- fused paths (CPU, small)
+
+PATHS = {
+    "decode": lambda T: (small_plan(16, "reduce"), False),
+    "gemv": lambda T: (small_plan(1 if T == 1 else 8, "reduce"), False),
+    "prefill": lambda T: (small_plan(16, "scatter"), True),
+}
+
+
+@pytest.mark.parametrize("T", [1, 5, 33])
+@pytest.mark.parametrize("path", list(PATHS))
+def test_triton_paths_vs_reference(T: int, path: str) -> None:
+    d = make_inputs(T, **SMALL, dead=3 if T > 1 else 0, seed=100 + T)
+    top_k = 3 if T != 5 else 2
+    plan, force_large = PATHS[path](T)
+    out = run_triton(d, top_k, plan, force_large)
+    ref = fused_moe_reference(
+        d["x"],
+        d["gate_weight"],
+        d["w_gate_up"],
+        d["w_down"],
+        top_k,
+        *[d[k] for k in ("shared_gate_up", "shared_down", "shared_expert_gate")],
+    )
+    assert not out.isnan().any()
+    assert max_rel_err(out, ref) < 1e-5
+
+
+@pytest.mark.parametrize(
+    "variant", ["no_shared", "no_shared_gate", "shared_other_width", "default_plan", "chunked", "empty"]
+)
+def test_triton_variants(variant: str, monkeypatch) -> None:
+    T, top_k = 6, 2
+    kw: dict = {}
+    if variant == "no_shared":
+        kw = dict(shared_i=0)
+    elif variant == "no_shared_gate":
+        kw = dict(shared_gate=False)
+    elif variant == "shared_other_width":
+        kw = dict(shared_i=24)
+    if variant == "empty":
+        T = 0
+    if variant == "chunked":
+        from hyserve.kernels.moe import triton_moe
+
+        monkeypatch.setattr(triton_moe, "PREFILL_CHUNK", 4)
+        T = 9
+    d = make_inputs(T, **SMALL, seed=7, **kw)
+    plan = None if variant == "default_plan" else small_plan(16, "reduce")
+    out = run_triton(d, top_k, plan)
+    ref = fused_moe_reference(
+        d["x"],
+        d["gate_weight"],
+        d["w_gate_up"],
+        d["w_down"],
+        top_k,
+        *[d[k] for k in ("shared_gate_up", "shared_down", "shared_expert_gate")],
+    )
+    assert out.shape == ref.shape
+    if T:
+        assert not out.isnan().any()
+        assert max_rel_err(out, ref) < 1e-5
+
+
+def test_dispatch(monkeypatch) -> None:
+    from hyserve.kernels.moe import triton_moe
+
+    calls = []
+    real = triton_moe.fused_moe_triton
+    monkeypatch.setattr(triton_moe, "fused_moe_triton", lambda *a, **k: calls.append(1) or real(*a, **k))
+    d = make_inputs(2, **SMALL, seed=1)
+    args = (d["x"], d["gate_weight"], d["w_gate_up"], d["w_down"], 2)
+    fused_moe(*args)
+    assert calls
+    monkeypatch.setenv("HYSERVE_KERNELS", "reference")
+    torch.testing.assert_close(fused_moe(*args), fused_moe_reference(*args))
+    assert len(calls) == 1
+
+
+# ----------------------------------------------------------------------------- real shapes (CUDA)
+
+
+@pytest.mark.skipif(not CUDA, reason="needs CUDA")
+@pytest.mark.parametrize("T", [1, 3, 8, 32, 64, 200, 1024])
+@pytest.mark.parametrize("path", ["auto", "gemv", "prefill"])
+def test_real_shapes_cuda(T: int, path: str) -> None:
+    E, top_k, H, I = 256, 8, 2048, 512
+    if path == "gemv" and T > 64:
+        pytest.skip("GEMV variants are for decode")
+    d = make_inputs(T, E, H, I, dtype=torch.bfloat16, device="cuda", realistic=True, seed=T)
+    if path == "auto":
+        plan, force = None, False
+    elif path == "gemv":
+        plan = fit_plan(dict(get_plan(T, E, H, I, top_k, torch.bfloat16), block_m=1 if T == 1 else 4), H, I)
+        plan["down_mode"] = "reduce"
+        force = False
+    else:
+        plan = fit_plan(dict(get_plan(max(T, 256), E, H, I, top_k, torch.bfloat16)), H, I)
+        plan["down_mode"], plan["block_m"] = "scatter", max(16, plan["block_m"])
+        force = True
+    out = run_triton(d, top_k, plan, force)
+    ref = fused_moe_reference(
+        d["x"],
+        d["gate_weight"],
+        d["w_gate_up"],
+        d["w_down"],
+        top_k,
+        *[d[k] for k in ("shared_gate_up", "shared_down", "shared_expert_gate")],
+    )
+    ok = ~boundary_ties(d, top_k)
+    assert ok.float().mean() > 0.5
+    assert not out.isnan().any()
+    assert rel_err(out[ok], ref[ok]) < 1e-2
+    assert max_rel_err(out[ok], ref[ok]) < 5e-2
+
+
+@pytest.mark.skipif(not CUDA, reason="needs CUDA")
+def test_cuda_graph_and_determinism() -> None:
+    E, top_k, H, I, T = 256, 8, 2048, 512, 4
+    d = make_inputs(T, E, H, I, dtype=torch.bfloat16, device="cuda", realistic=True, seed=5)
+    args = (
+        d["x"],
+        d["gate_weight"],
+        d["w_gate_up"],
+        d["w_down"],
+        top_k,
+        d["shared_gate_up"],
+        d["shared_down"],
+    )
+    first = fused_moe(*args, d["shared_expert_gate"])
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        out = fused_moe(*args, d["shared_expert_gate"])
+    g.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(out, first)

@@ -1,0 +1,204 @@
+"""Grouped gate/up projection with the SwiGLU and the routing weight fused in the epilogue.
+
+Shapes: x [T, H]; w_gate_up [E, 2I, H] (rows 0..I-1 gate, I..2I-1 up, H contiguous); shared expert
+shared_gate_up [2I, H] (same I) as "expert E"; shared_expert_gate [1, H] or none. Output
+h [N + T, I] in x's dtype, one row per routing row (see ``routing.py``: rows < N are the pairs in
+expert-sorted order, row N + t is token t of the shared expert):
+
+    h[r] = w_r * silu(x[t_r] @ W_gate[e_r].T) * (x[t_r] @ W_up[e_r].T)
+
+with w_r the pair's routing weight, or sigmoid(x[t] . shared_expert_gate) for the shared expert (so
+the down projection needs no per-row scale and the output reduction is a plain sum).
+
+Grid (MAXB, cdiv(I, BLOCK_I)): program (b, n) takes block b (up to BLOCK_M rows of one expert, token
+ids gathered through ``sorted_pairs``) and the intermediate columns [n*BLOCK_I, (n+1)*BLOCK_I): it loads
+the gate rows *and* the matching up rows of the same columns, so silu(gate)*up is local; the full K=H
+reduction stays in the program (no split-K), so every weight byte is read once per block and the
+result is deterministic. Programs with b >= the number of blocks exit at once (the grid depends on T
+only: CUDA-graph safe). Each expert's weights are read once per step as long as its rows fit in one
+block (decode: BLOCK_M >= tokens per expert almost always).
+
+USE_DOT (BLOCK_M >= 16): tensor-core ``tl.dot`` on [BLOCK_M, BLOCK_K] x [BLOCK_K, BLOCK_I] tiles, fp32
+accumulation (the prefill path and batched decode). USE_DOT False (BLOCK_M < 16, e.g. 1 at T=1): a
+GEMV-style broadcast-multiply-reduce on [BLOCK_M, BLOCK_I, BLOCK_K] registers, no tensor cores.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from hyserve.kernels.moe.workspace import empty
+
+
+@triton.jit
+def _gate_up_kernel(
+    x_ptr,
+    w_ptr,
+    sw_ptr,
+    sg_ptr,
+    topk_w_ptr,
+    sorted_ptr,
+    meta_ptr,
+    h_ptr,
+    N,
+    H,
+    I,
+    E,
+    MAXB,
+    stride_xt,
+    stride_we,
+    stride_wn,
+    stride_sn,
+    K_TOP: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_I: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    EVEN_K: tl.constexpr,
+    EVEN_I: tl.constexpr,
+    HAS_SHARED_GATE: tl.constexpr,
+    USE_DOT: tl.constexpr,
+    DOT_PREC: tl.constexpr,
+):
+    b = tl.program_id(0)
+    n = tl.program_id(1)
+    if b >= tl.load(meta_ptr + 3 * MAXB):
+        return
+    e = tl.load(meta_ptr + b)
+    row0 = tl.load(meta_ptr + MAXB + b)
+    cnt = tl.load(meta_ptr + 2 * MAXB + b)
+    is_shared = e == E
+
+    r = tl.arange(0, BLOCK_M)
+    rmask = r < cnt
+    pos = row0 + r
+    routed = rmask & (pos < N)
+    pair = tl.load(sorted_ptr + pos, mask=routed, other=0)
+    tok = tl.where(pos >= N, pos - N, pair // K_TOP)
+    tok = tl.where(rmask, tok, 0).to(tl.int64)
+    wrow = tl.load(topk_w_ptr + pair, mask=routed, other=1.0)
+
+    wbase = tl.where(is_shared, sw_ptr, w_ptr + e.to(tl.int64) * stride_we)
+    stride_n = tl.where(is_shared, stride_sn, stride_wn)
+
+    ii = n * BLOCK_I + tl.arange(0, BLOCK_I)
+    imask = ii < I
+    kk = tl.arange(0, BLOCK_K)
+    x_rows = x_ptr + tok * stride_xt
+    g_rows = wbase + ii.to(tl.int64) * stride_n
+    u_rows = wbase + (ii + I).to(tl.int64) * stride_n
+
+    if USE_DOT:
+        acc_g = tl.zeros((BLOCK_M, BLOCK_I), dtype=tl.float32)
+        acc_u = tl.zeros((BLOCK_M, BLOCK_I), dtype=tl.float32)
+        for k0 in range(0, H, BLOCK_K):
+            k = k0 + kk
+            xt = tl.load(x_rows[:, None] + k[None, :], mask=rmask[:, None] & (k[None, :] < H), other=0.0)
+            if EVEN_K and EVEN_I:
+                wg = tl.load(g_rows[None, :] + k[:, None])
+                wu = tl.load(u_rows[None, :] + k[:, None])
+            else:
+                wm = (k[:, None] < H) & imask[None, :]
+                wg = tl.load(g_rows[None, :] + k[:, None], mask=wm, other=0.0)
+                wu = tl.load(u_rows[None, :] + k[:, None], mask=wm, other=0.0)
+            acc_g = tl.dot(xt, wg, acc_g, input_precision=DOT_PREC)
+            acc_u = tl.dot(xt, wu, acc_u, input_precision=DOT_PREC)
+    else:
+        acc_g = tl.zeros((BLOCK_M, BLOCK_I), dtype=tl.float32)
+        acc_u = tl.zeros((BLOCK_M, BLOCK_I), dtype=tl.float32)
+        for k0 in range(0, H, BLOCK_K):
+            k = k0 + kk
+            xt = tl.load(x_rows[:, None] + k[None, :], mask=rmask[:, None] & (k[None, :] < H), other=0.0)
+            xt = xt.to(tl.float32)[:, None, :]
+            if EVEN_K and EVEN_I:
+                wg = tl.load(g_rows[:, None] + k[None, :])
+                wu = tl.load(u_rows[:, None] + k[None, :])
+            else:
+                wm = imask[:, None] & (k[None, :] < H)
+                wg = tl.load(g_rows[:, None] + k[None, :], mask=wm, other=0.0)
+                wu = tl.load(u_rows[:, None] + k[None, :], mask=wm, other=0.0)
+            acc_g += tl.sum(xt * wg.to(tl.float32)[None, :, :], axis=2)
+            acc_u += tl.sum(xt * wu.to(tl.float32)[None, :, :], axis=2)
+
+    if HAS_SHARED_GATE:
+        if is_shared:
+            sacc = tl.zeros((BLOCK_M,), dtype=tl.float32)
+            for k0 in range(0, H, BLOCK_K):
+                k = k0 + kk
+                km = k < H
+                xt = tl.load(x_rows[:, None] + k[None, :], mask=rmask[:, None] & km[None, :], other=0.0)
+                sg = tl.load(sg_ptr + k, mask=km, other=0.0)
+                sacc += tl.sum(xt.to(tl.float32) * sg.to(tl.float32)[None, :], axis=1)
+            wrow = 1.0 / (1.0 + tl.exp(-sacc))
+
+    h = acc_g / (1.0 + tl.exp(-acc_g)) * acc_u * wrow[:, None]
+    tl.store(
+        h_ptr + pos[:, None].to(tl.int64) * I + ii[None, :],
+        h.to(h_ptr.dtype.element_ty),
+        mask=rmask[:, None] & imask[None, :],
+    )
+
+
+def dot_precision(dtype: torch.dtype) -> str:
+    """fp32 inputs (the tests) take the exact fp32 dot; bf16/fp16 the tensor-core default."""
+    return "ieee" if dtype == torch.float32 else "tf32"
+
+
+def gate_up(
+    x: torch.Tensor,
+    w_gate_up: torch.Tensor,
+    shared_gate_up: torch.Tensor | None,
+    shared_expert_gate: torch.Tensor | None,
+    topk_weights: torch.Tensor,
+    sorted_pairs: torch.Tensor,
+    meta: torch.Tensor,
+    max_blocks: int,
+    block_m: int,
+    cfg: dict,
+) -> torch.Tensor:
+    """-> h [N + T, I] (see the module docstring). cfg: BLOCK_I, BLOCK_K, num_warps, num_stages."""
+    T, H = x.shape
+    E, two_i, _ = w_gate_up.shape
+    inter = two_i // 2
+    k_top = topk_weights.shape[1]
+    n = T * k_top
+    assert w_gate_up.stride(2) == 1 and x.stride(1) == 1
+    h = empty((n + T, inter), x.dtype, x.device)
+    bi, bk = cfg["BLOCK_I"], cfg["BLOCK_K"]
+    sw = shared_gate_up if shared_gate_up is not None else w_gate_up
+    if shared_gate_up is not None:
+        assert shared_gate_up.stride(1) == 1 and shared_gate_up.shape == (two_i, H)
+    sg = shared_expert_gate if shared_expert_gate is not None else x
+    grid = (max_blocks, triton.cdiv(inter, bi))
+    _gate_up_kernel[grid](
+        x,
+        w_gate_up,
+        sw,
+        sg,
+        topk_weights,
+        sorted_pairs,
+        meta,
+        h,
+        n,
+        H,
+        inter,
+        E,
+        max_blocks,
+        x.stride(0),
+        w_gate_up.stride(0),
+        w_gate_up.stride(1),
+        sw.stride(0),
+        K_TOP=k_top,
+        BLOCK_M=block_m,
+        BLOCK_I=bi,
+        BLOCK_K=bk,
+        EVEN_K=H % bk == 0,
+        EVEN_I=inter % bi == 0,
+        HAS_SHARED_GATE=shared_expert_gate is not None and shared_gate_up is not None,
+        USE_DOT=block_m >= 16,
+        DOT_PREC=dot_precision(x.dtype),
+        num_warps=cfg.get("num_warps", 4),
+        num_stages=cfg.get("num_stages", 3),
+    )
+    return h

@@ -1,0 +1,105 @@
+"""The fused MoE block on Triton kernels: same contract as ``fused_moe_reference``.
+
+Pipeline per call (T tokens, k slots, E experts, the shared expert as "expert E"):
+
+1. router logits ``F.linear(x, gate_weight)`` (cuBLAS, like the reference);
+2. ``routing.route_and_align``: softmax/top-k/renormalise + expert grouping (one kernel for T*k <= 1024,
+   three above);
+3. ``triton_gate_up.gate_up``: h = w * silu(x W_g^T) * (x W_u^T) per routing row;
+4. down + weighted sum: ``triton_decode.down_reduce`` (one kernel, T <= 128: each program owns an H
+   slice of all tokens and streams every touched expert's down weights once) or
+   ``triton_prefill.down_scatter_sum`` (grouped GEMM writing per-pair rows, then a k+1-row sum).
+
+4 launches at decode, no host syncs (CUDA-graph safe), deterministic (no atomics). Tile plans come from
+``configs.get_plan`` (JSON per shape, by token bucket). T above PREFILL_CHUNK runs in chunks to bound
+the [T*(k+1), H] intermediate of the prefill path.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from hyserve.kernels.activation.reference import silu_and_mul_reference
+from hyserve.kernels.moe.configs import get_plan
+from hyserve.kernels.moe.routing import route_and_align
+from hyserve.kernels.moe.triton_decode import MAX_REDUCE_TOKENS, down_reduce
+from hyserve.kernels.moe.triton_gate_up import gate_up
+from hyserve.kernels.moe.triton_prefill import down_scatter_sum
+
+PREFILL_CHUNK = 8192
+
+
+def fused_moe_triton(
+    x: torch.Tensor,
+    gate_weight: torch.Tensor,
+    w_gate_up: torch.Tensor,
+    w_down: torch.Tensor,
+    top_k: int,
+    shared_gate_up: torch.Tensor | None = None,
+    shared_down: torch.Tensor | None = None,
+    shared_expert_gate: torch.Tensor | None = None,
+    plan: dict | None = None,
+    force_large_routing: bool = False,
+    out: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """x [T, H] -> [T, H] in x's dtype. ``plan`` overrides the tile plan (tests, tuning)."""
+    T, H = x.shape
+    E, two_i, _ = w_gate_up.shape
+    inter = two_i // 2
+    if out is None:
+        out = torch.empty((T, H), dtype=x.dtype, device=x.device)
+    if T == 0:
+        return out
+    if x.stride(1) != 1:
+        x = x.contiguous()
+    if T > PREFILL_CHUNK:
+        for t0 in range(0, T, PREFILL_CHUNK):
+            t1 = min(T, t0 + PREFILL_CHUNK)
+            fused_moe_triton(
+                x[t0:t1],
+                gate_weight,
+                w_gate_up,
+                w_down,
+                top_k,
+                shared_gate_up,
+                shared_down,
+                shared_expert_gate,
+                plan,
+                force_large_routing,
+                out[t0:t1],
+            )
+        return out
+    has_shared = shared_gate_up is not None and shared_down is not None
+    fuse_shared = has_shared and shared_gate_up.shape == (two_i, H) and shared_down.shape == (H, inter)
+    if plan is None:
+        plan = get_plan(T, E, H, inter, top_k, x.dtype)
+    bm = plan["block_m"]
+    reduce = plan["down_mode"] == "reduce" and T <= MAX_REDUCE_TOKENS
+    if not reduce and bm < 16:
+        raise ValueError("block_m < 16 (GEMV variants) needs down_mode 'reduce' and T <= 128")
+
+    logits = F.linear(x, gate_weight)
+    rt = route_and_align(logits, top_k, bm, fuse_shared, x.dtype, force_large=force_large_routing)
+    h = gate_up(
+        x,
+        w_gate_up,
+        shared_gate_up if fuse_shared else None,
+        shared_expert_gate if fuse_shared else None,
+        rt.topk_weights,
+        rt.sorted_pairs,
+        rt.meta,
+        rt.max_blocks,
+        bm,
+        plan["gate_up"],
+    )
+    sd = shared_down if fuse_shared else None
+    down = down_reduce if reduce else down_scatter_sum
+    target = out if (fuse_shared or not has_shared) else None
+    res = down(h, w_down, sd, rt.sorted_pairs, rt.meta, rt.max_blocks, bm, T, top_k, plan["down"], out=target)
+    if has_shared and not fuse_shared:  # a shared expert of another width: plain torch, added in fp32
+        shared = F.linear(silu_and_mul_reference(F.linear(x, shared_gate_up)), shared_down)
+        if shared_expert_gate is not None:
+            shared = torch.sigmoid(F.linear(x, shared_expert_gate)) * shared
+        out.copy_(res.float() + shared.float())
+    return out

@@ -1,0 +1,174 @@
+"""Prefill down projection (grouped GEMM, per-pair output rows) and the per-token sum over the k + 1 rows.
+
+Shapes: h [N + T, I] (``triton_gate_up``, rows scaled by the routing weight), w_down [E, H, I],
+shared_down [H, I] as "expert E". Intermediate y [N + T, H] in x's dtype, indexed by *pair*: row
+t*k + j is token t's slot j, row N + t its shared-expert output, so the sum kernel reads k contiguous
+rows per token (no inverse permutation, no atomics).
+
+``_down_kernel`` grid (MAXB, cdiv(H, BLOCK_H)): block b (<= BLOCK_M rows of one expert, contiguous in
+h) times the [BLOCK_H, I] slice of its down weights, tensor-core dots with fp32 accumulation, rows
+scattered to their pair index. Blocks past the block count exit at once.
+
+``_sum_kernel`` grid (cdiv(T, BLOCK_T), cdiv(H, BLOCK_H)): out[t] = sum_j y[t*k + j] + y[N + t] in
+fp32, in a fixed order (deterministic), cast to x's dtype. y is rounded to x's dtype like the
+reference's expert outputs.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from hyserve.kernels.moe.triton_gate_up import dot_precision
+from hyserve.kernels.moe.workspace import empty
+
+
+@triton.jit
+def _down_kernel(
+    h_ptr,
+    w_ptr,
+    sw_ptr,
+    sorted_ptr,
+    meta_ptr,
+    y_ptr,
+    N,
+    H,
+    I,
+    E,
+    MAXB,
+    stride_we,
+    stride_wh,
+    stride_sh,
+    BLOCK_M: tl.constexpr,
+    BLOCK_H: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    EVEN: tl.constexpr,
+    DOT_PREC: tl.constexpr,
+):
+    b = tl.program_id(0)
+    n = tl.program_id(1)
+    if b >= tl.load(meta_ptr + 3 * MAXB):
+        return
+    e = tl.load(meta_ptr + b)
+    row0 = tl.load(meta_ptr + MAXB + b)
+    cnt = tl.load(meta_ptr + 2 * MAXB + b)
+    is_shared = e == E
+    r = tl.arange(0, BLOCK_M)
+    rmask = r < cnt
+    pos = row0 + r
+    routed = rmask & (pos < N)
+    pair = tl.load(sorted_ptr + pos, mask=routed, other=0)
+    dest = tl.where(pos >= N, pos, pair).to(tl.int64)
+    wbase = tl.where(is_shared, sw_ptr, w_ptr + e.to(tl.int64) * stride_we)
+    stride_h = tl.where(is_shared, stride_sh, stride_wh)
+
+    hh = n * BLOCK_H + tl.arange(0, BLOCK_H)
+    hmask = hh < H
+    kk = tl.arange(0, BLOCK_K)
+    h_rows = h_ptr + pos.to(tl.int64) * I
+    w_rows = wbase + hh.to(tl.int64) * stride_h
+    acc = tl.zeros((BLOCK_M, BLOCK_H), dtype=tl.float32)
+    for k0 in range(0, I, BLOCK_K):
+        k = k0 + kk
+        ht = tl.load(h_rows[:, None] + k[None, :], mask=rmask[:, None] & (k[None, :] < I), other=0.0)
+        if EVEN:
+            wt = tl.load(w_rows[None, :] + k[:, None])
+        else:
+            wt = tl.load(w_rows[None, :] + k[:, None], mask=(k[:, None] < I) & hmask[None, :], other=0.0)
+        acc = tl.dot(ht, wt, acc, input_precision=DOT_PREC)
+    tl.store(
+        y_ptr + dest[:, None] * H + hh[None, :],
+        acc.to(y_ptr.dtype.element_ty),
+        mask=rmask[:, None] & hmask[None, :],
+    )
+
+
+@triton.jit
+def _sum_kernel(
+    y_ptr,
+    out_ptr,
+    T,
+    N,
+    H,
+    stride_ot,
+    K_TOP: tl.constexpr,
+    HAS_SHARED: tl.constexpr,
+    BLOCK_T: tl.constexpr,
+    BLOCK_H: tl.constexpr,
+):
+    t = tl.program_id(0) * BLOCK_T + tl.arange(0, BLOCK_T)
+    hh = tl.program_id(1) * BLOCK_H + tl.arange(0, BLOCK_H)
+    m = (t < T)[:, None] & (hh < H)[None, :]
+    t64 = t.to(tl.int64)
+    acc = tl.zeros((BLOCK_T, BLOCK_H), dtype=tl.float32)
+    for j in tl.static_range(K_TOP):
+        acc += tl.load(y_ptr + (t64 * K_TOP + j)[:, None] * H + hh[None, :], mask=m, other=0.0).to(tl.float32)
+    if HAS_SHARED:
+        acc += tl.load(y_ptr + (N + t64)[:, None] * H + hh[None, :], mask=m, other=0.0).to(tl.float32)
+    tl.store(out_ptr + t64[:, None] * stride_ot + hh[None, :], acc.to(out_ptr.dtype.element_ty), mask=m)
+
+
+def down_scatter_sum(
+    h: torch.Tensor,
+    w_down: torch.Tensor,
+    shared_down: torch.Tensor | None,
+    sorted_pairs: torch.Tensor,
+    meta: torch.Tensor,
+    max_blocks: int,
+    block_m: int,
+    T: int,
+    k_top: int,
+    cfg: dict,
+    out: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """h [N + T, I] -> out [T, H]. cfg: BLOCK_H, BLOCK_K, num_warps, num_stages."""
+    E, H, inter = w_down.shape
+    assert w_down.stride(2) == 1 and block_m >= 16
+    n = T * k_top
+    has_shared = shared_down is not None
+    sw = shared_down if has_shared else w_down
+    if has_shared:
+        assert shared_down.shape == (H, inter) and shared_down.stride(1) == 1
+    y = empty((n + T, H), h.dtype, h.device)
+    bh, bk = cfg["BLOCK_H"], cfg["BLOCK_K"]
+    _down_kernel[(max_blocks, triton.cdiv(H, bh))](
+        h,
+        w_down,
+        sw,
+        sorted_pairs,
+        meta,
+        y,
+        n,
+        H,
+        inter,
+        E,
+        max_blocks,
+        w_down.stride(0),
+        w_down.stride(1),
+        sw.stride(0),
+        BLOCK_M=block_m,
+        BLOCK_H=bh,
+        BLOCK_K=bk,
+        EVEN=(inter % bk == 0) and (H % bh == 0),
+        DOT_PREC=dot_precision(h.dtype),
+        num_warps=cfg.get("num_warps", 4),
+        num_stages=cfg.get("num_stages", 3),
+    )
+    if out is None:
+        out = empty((T, H), h.dtype, h.device)
+    bt, bhs = 4, min(1024, triton.next_power_of_2(H))
+    _sum_kernel[(triton.cdiv(T, bt), triton.cdiv(H, bhs))](
+        y,
+        out,
+        T,
+        n,
+        H,
+        out.stride(0),
+        K_TOP=k_top,
+        HAS_SHARED=has_shared,
+        BLOCK_T=bt,
+        BLOCK_H=bhs,
+        num_warps=4,
+    )
+    return out
