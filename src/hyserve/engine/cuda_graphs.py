@@ -118,8 +118,11 @@ class DecodeGraphs:
         return out.is_decode and self.bucket(len(out.scheduled)) is not None
 
     @torch.inference_mode()
-    def run(self, out: SchedulerOutput) -> tuple[torch.Tensor, torch.Tensor]:
-        """Replay for a decode-only step; returns (logits [n, V] fp32, greedy tokens [n]) views."""
+    def run(
+        self, out: SchedulerOutput, input_tokens: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Replay for a decode-only step; returns (logits [n, V] fp32, greedy tokens [n]) views.
+        ``input_tokens`` [n] (device) replaces the host's input ids (a step launched ahead)."""
         n = len(out.scheduled)
         size = self.bucket(n)
         bs, width = self.block_size, self.host_tables.shape[1]
@@ -128,13 +131,16 @@ class DecodeGraphs:
             seq = entry.seq
             p = seq.num_computed_tokens
             out_idx = p - seq.num_prompt_tokens
-            ids.append(seq.output_token_ids[out_idx] if out_idx >= 0 else seq.prompt_token_ids[p])
+            if input_tokens is None:
+                ids.append(seq.output_token_ids[out_idx] if out_idx >= 0 else seq.prompt_token_ids[p])
             pos.append(p)
             slots.append(seq.block_table[p // bs] * bs + p % bs)
             lens.append(p + 1)
             states.append(seq.state_slot)
             tables.append(seq.block_table + [self.spare_block] * (width - len(seq.block_table)))
         pad = size - n
+        if input_tokens is not None:
+            ids = [0] * n
         ids += [0] * pad
         pos += [0] * pad
         slots += [-1] * pad
@@ -145,6 +151,8 @@ class DecodeGraphs:
         self.host_tables[:size] = torch.tensor(tables, dtype=torch.int32)
         rows = self.host_rows
         self.rows[:, :size].copy_(rows[:, :size], non_blocking=True)
+        if input_tokens is not None:
+            self.rows[0, :n].copy_(input_tokens)
         self.seq_lens32[:size].copy_(self.rows[3, :size])
         self.tables[:size].copy_(self.host_tables[:size], non_blocking=True)
         captured = self.graphs[size]

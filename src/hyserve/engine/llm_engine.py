@@ -15,9 +15,9 @@ from hyserve.config import ModelConfig
 from hyserve.engine.cache_manager import CacheConfig, CacheManager
 from hyserve.engine.detokenizer import IncrementalDetokenizer
 from hyserve.engine.outputs import CompletionOutput, RequestMetrics, RequestOutput
-from hyserve.engine.runner import ModelRunner, cache_bytes
+from hyserve.engine.runner import ModelRunner, PendingStep, RunnerOutput, cache_bytes
 from hyserve.engine.sampling_params import SamplingParams
-from hyserve.engine.scheduler import Scheduler, SchedulerConfig
+from hyserve.engine.scheduler import ScheduledSequence, Scheduler, SchedulerConfig, SchedulerOutput
 from hyserve.engine.sequence import Sequence, SequenceStatus
 from hyserve.model.loader import build_model
 
@@ -42,6 +42,7 @@ class EngineArgs:
     gpu_memory_utilization: float = 0.9
     kv_cache_memory_gb: float | None = None  # fixed KV cache size instead of measuring free memory
     enforce_eager: bool = False  # never capture CUDA graphs
+    async_scheduling: bool = True  # launch the next decode step before reading the previous one's tokens
     cuda_graph_sizes: list[int] | None = None  # decode batch sizes to capture (default: up to max_num_seqs)
     progress: bool = True
     extra: dict[str, Any] = field(default_factory=dict)
@@ -132,6 +133,7 @@ class LLMEngine:
             self.model, self.config, cache_config, self.device, self.dtype, self.eos_token_ids
         )
         self.requests: dict[str, _Request] = {}
+        self._pending: PendingStep | None = None  # a launched step whose tokens the host has not read
         if self.device.type == "cuda" and not args.enforce_eager:
             from hyserve.engine.cuda_graphs import capture_sizes
 
@@ -246,7 +248,7 @@ class LLMEngine:
                 self.scheduler.abort(seq)
 
     def has_unfinished_requests(self) -> bool:
-        return bool(self.requests)
+        return bool(self.requests) or self._pending is not None
 
     @property
     def num_running(self) -> int:
@@ -259,17 +261,62 @@ class LLMEngine:
         )
 
     def step(self) -> list[RequestOutput]:
-        """Run one scheduler + model step. Returns an output for each request that progressed."""
-        out = self.scheduler.schedule()
-        if out.empty:
-            return []
-        result = self.runner.execute(out)
-        self.scheduler.update_computed(out)
+        """Run one scheduler + model step. Returns an output for each request that progressed.
+
+        With async scheduling, a decode step is launched before the previous step's tokens reach the host
+        (its input tokens come straight from the device), so the GPU runs while the host detokenises and
+        checks stops; a sequence that turns out to have stopped wastes one token of compute.
+        """
+        if self._pending is None:
+            out = self.scheduler.schedule()
+            if out.empty:
+                return []
+            self._pending = self.runner.launch(out)
+            self.scheduler.update_computed(out)
+        pending, self._pending = self._pending, None
+        self._pending = self._launch_ahead(pending)
+        return self._process(pending.out, pending.wait())
+
+    def _launch_ahead(self, pending: PendingStep) -> PendingStep | None:
+        """Launch the next decode step for the sequences that will surely continue, or return None."""
+        if not self.args.async_scheduling or pending.sampled is None or self.scheduler.waiting:
+            return None
+        if not pending.out.is_decode or len(pending.seqs) != len(pending.out.scheduled):
+            return None
+        rows, entries = [], []
+        for i, seq in enumerate(pending.seqs):
+            p = seq.params
+            if p.needs_penalties or seq.status.finished:
+                return None  # penalties need the token the host has not seen yet
+            n_out = len(seq.output_token_ids) + 1  # counting the token in flight
+            if (
+                p.max_tokens is not None and n_out >= p.max_tokens
+            ) or seq.num_tokens + 1 >= self.max_model_len:
+                continue
+            if not self.cache_manager.can_allocate(seq, seq.num_computed_tokens + 1):
+                return None
+            rows.append(i)
+            entries.append(ScheduledSequence(seq, 1, sample=True))
+        if not entries:
+            return None
+        for e in entries:
+            self.cache_manager.allocate(e.seq, e.seq.num_computed_tokens + 1)
+        tokens = pending.sampled.tokens
+        if len(rows) != len(pending.seqs):
+            tokens = tokens[torch.tensor(rows, device=tokens.device)]
+        nxt = SchedulerOutput(entries)
+        launched = self.runner.launch(nxt, input_tokens=tokens, offset=1)
+        self.scheduler.update_computed(nxt)
+        return launched
+
+    def _process(self, out: SchedulerOutput, result: RunnerOutput) -> list[RequestOutput]:
         now = time.monotonic()
         touched: dict[str, _Request] = {}
         for entry in out.scheduled:
             seq = entry.seq
-            req = self.requests[seq.request_id]
+            req = self.requests.get(seq.request_id)
+            if req is None or seq.status.finished:
+                continue  # aborted, or stopped while this step was in flight
             if seq.seq_id in result.prompt_logprobs and seq.index == 0 and req.prompt_logprobs is not None:
                 req.prompt_logprobs.extend(result.prompt_logprobs[seq.seq_id])
             if seq.seq_id not in result.sampled:

@@ -10,11 +10,32 @@ import torch
 
 from hyserve.config import ModelConfig
 from hyserve.engine.cache_manager import CacheConfig
-from hyserve.engine.sampler import sample
+from hyserve.engine.sampler import DeviceSample, sample_on_device
 from hyserve.engine.scheduler import SchedulerOutput
+from hyserve.engine.sequence import Sequence
 from hyserve.model.batch import ForwardBatch, ModelCache
 
 log = logging.getLogger(__name__)
+
+
+@dataclass
+class PendingStep:
+    """A launched step: its schedule, and the sampled tokens still on the device."""
+
+    out: SchedulerOutput
+    seqs: list[Sequence]  # the sequences that sample this step, in the rows of ``sampled``
+    sampled: DeviceSample | None
+    result: RunnerOutput  # prompt logprobs are already filled in
+
+    def wait(self) -> RunnerOutput:
+        """Block until the step is done and read its tokens to the host."""
+        if self.sampled is not None:
+            host = self.sampled.to_host(self.seqs)
+            for i, seq in enumerate(self.seqs):
+                self.result.sampled[seq.seq_id] = host.token_ids[i]
+                if host.logprobs is not None and seq.params.logprobs is not None:
+                    self.result.logprobs[seq.seq_id] = (host.logprobs[i], host.top_logprobs[i])
+        return self.result
 
 
 @dataclass
@@ -155,11 +176,23 @@ class ModelRunner:
             is_decode=out.is_decode,
         )
 
-    @torch.inference_mode()
     def execute(self, out: SchedulerOutput) -> RunnerOutput:
+        return self.launch(out).wait()
+
+    @torch.inference_mode()
+    def launch(
+        self, out: SchedulerOutput, input_tokens: torch.Tensor | None = None, offset: int = 0
+    ) -> PendingStep:
+        """Queue one step on the device without waiting for it.
+
+        ``input_tokens`` [n] (device): the input token of each scheduled decode row, when the host does not
+        know it yet (the previous step is still running); ``offset`` is then 1 for the sampler.
+        """
         if self.graphs is not None and self.graphs.can_run(out):
-            return self._execute_graph(out)
+            return self._launch_graph(out, input_tokens, offset)
         batch = self.prepare(out)
+        if input_tokens is not None:
+            batch.input_ids = input_tokens
         hidden = self.model(batch, self.cache)
         logits = self.model.compute_logits(hidden[batch.logits_indices])  # [L, V] fp32
         result = RunnerOutput({}, {}, {})
@@ -177,35 +210,28 @@ class ModelRunner:
                 rows.append(cursor)
                 sample_seqs.append(seq)
                 cursor += 1
-        if sample_seqs:
-            self._sample_into(logits[rows], sample_seqs, result)
-        return result
+        sampled = self._sample(logits[rows], sample_seqs, offset) if sample_seqs else None
+        return PendingStep(out, sample_seqs, sampled, result)
 
-    def _sample_into(self, logits: torch.Tensor, seqs: list, result: RunnerOutput) -> None:
+    def _sample(self, logits: torch.Tensor, seqs: list[Sequence], offset: int) -> DeviceSample:
         wanted = [s.params.logprobs for s in seqs if s.params.logprobs is not None]
-        sampled = sample(logits, seqs, self.eos_token_ids, max(wanted) if wanted else None)
-        for i, seq in enumerate(seqs):
-            result.sampled[seq.seq_id] = sampled.token_ids[i]
-            if sampled.logprobs is not None and seq.params.logprobs is not None:
-                result.logprobs[seq.seq_id] = (sampled.logprobs[i], sampled.top_logprobs[i])
+        return sample_on_device(logits, seqs, self.eos_token_ids, max(wanted) if wanted else None, offset)
 
-    def _execute_graph(self, out: SchedulerOutput) -> RunnerOutput:
-        logits, greedy = self.graphs.run(out)
+    def _launch_graph(
+        self, out: SchedulerOutput, input_tokens: torch.Tensor | None, offset: int
+    ) -> PendingStep:
+        logits, greedy = self.graphs.run(out, input_tokens)
         seqs = [e.seq for e in out.scheduled]
-        result = RunnerOutput({}, {}, {})
         plain = all(
             s.params.greedy
             and s.params.logprobs is None
             and not s.params.needs_penalties
-            and len(s.output_token_ids) >= s.params.min_tokens
+            and len(s.output_token_ids) + offset >= s.params.min_tokens
             for s in seqs
         )
-        if plain:  # the benchmark case: the argmax came out of the graph, one device-to-host copy
-            for seq, token in zip(seqs, greedy.tolist()):
-                result.sampled[seq.seq_id] = token
-            return result
-        self._sample_into(logits, seqs, result)
-        return result
+        # the benchmark case: the argmax came out of the graph
+        sampled = DeviceSample(greedy) if plain else self._sample(logits, seqs, offset)
+        return PendingStep(out, seqs, sampled, RunnerOutput({}, {}, {}))
 
     @torch.inference_mode()
     def score(self, out: SchedulerOutput) -> list[torch.Tensor]:
@@ -232,4 +258,8 @@ class ModelRunner:
                 entries.append((c, list(zip(t, v))))
         else:
             entries = [(c, []) for c in chosen]
-        result.prompt_logprobs[seq.seq_id] = entries
+        # a preempted sequence recomputes its prompt: report only positions not scored before
+        entries = entries[max(0, len(seq.prompt_logprobs) - start) :]
+        seq.prompt_logprobs.extend(entries)
+        if entries:
+            result.prompt_logprobs[seq.seq_id] = entries

@@ -23,6 +23,27 @@ class SamplerOutput:
     top_logprobs: list[list[tuple[int, float]]] | None  # [N][k] top alternatives (raw distribution)
 
 
+@dataclass
+class DeviceSample:
+    """A sampling result still on the device, so the next step can be launched before the host reads it."""
+
+    tokens: torch.Tensor  # [N] int64
+    logprobs: torch.Tensor | None = None  # [N] fp32 chosen-token logprobs
+    top_values: torch.Tensor | None = None  # [N, k] fp32
+    top_ids: torch.Tensor | None = None  # [N, k] int64
+
+    def to_host(self, seqs: list[Sequence]) -> SamplerOutput:
+        tokens = self.tokens.tolist()
+        if self.logprobs is None:
+            return SamplerOutput(tokens, None, None)
+        top: list[list[tuple[int, float]]] = [[] for _ in seqs]
+        if self.top_values is not None:
+            for i, (v, t) in enumerate(zip(self.top_values.tolist(), self.top_ids.tolist())):
+                k = seqs[i].params.logprobs or 0
+                top[i] = list(zip(t[:k], v[:k]))
+        return SamplerOutput(tokens, self.logprobs.tolist(), top)
+
+
 def _penalise(logits: torch.Tensor, seqs: list[Sequence]) -> None:
     for row, seq in enumerate(seqs):
         p = seq.params
@@ -47,11 +68,11 @@ def _penalise(logits: torch.Tensor, seqs: list[Sequence]) -> None:
 
 
 def _mask_stops_before_min_tokens(
-    logits: torch.Tensor, seqs: list[Sequence], eos_ids: tuple[int, ...]
+    logits: torch.Tensor, seqs: list[Sequence], eos_ids: tuple[int, ...], offset: int
 ) -> None:
     for row, seq in enumerate(seqs):
         p = seq.params
-        if len(seq.output_token_ids) < p.min_tokens:
+        if len(seq.output_token_ids) + offset < p.min_tokens:
             banned = list(p.stop_token_ids) + ([] if p.ignore_eos else list(eos_ids))
             banned = [t for t in banned if 0 <= t < logits.shape[1]]
             if banned:
@@ -87,18 +108,23 @@ def _filter(logits: torch.Tensor, seqs: list[Sequence]) -> torch.Tensor:
     return logits
 
 
-def sample(
-    logits: torch.Tensor, seqs: list[Sequence], eos_ids: tuple[int, ...], num_logprobs: int | None
-) -> SamplerOutput:
+def sample_on_device(
+    logits: torch.Tensor,
+    seqs: list[Sequence],
+    eos_ids: tuple[int, ...],
+    num_logprobs: int | None,
+    offset: int = 0,
+) -> DeviceSample:
     """logits: [N, V] fp32, one row per sequence in ``seqs``. ``num_logprobs``: the most alternatives any
-    of these sequences asked for (None: no logprobs at all)."""
+    of these sequences asked for (None: no logprobs at all). ``offset``: tokens each sequence has generated
+    beyond ``output_token_ids`` (1 when this step was launched before the host saw the previous token)."""
     raw = logits
     logits = logits.clone()
     _penalise(logits, seqs)
-    _mask_stops_before_min_tokens(logits, seqs, eos_ids)
-    greedy = torch.tensor([s.params.greedy for s in seqs], device=logits.device)
+    _mask_stops_before_min_tokens(logits, seqs, eos_ids, offset)
+    greedy_rows = [s.params.greedy for s in seqs]
     tokens = logits.argmax(-1)
-    if not bool(greedy.all()):
+    if not all(greedy_rows):
         temps = torch.tensor([max(s.params.temperature, 1e-5) for s in seqs], device=logits.device)
         scaled = _filter(logits / temps[:, None], seqs)
         probs = scaled.softmax(-1)
@@ -108,20 +134,25 @@ def sample(
             noise[unseeded] = torch.empty_like(probs[unseeded]).exponential_()
         for i, s in enumerate(seqs):
             if s.params.seed is not None:
-                seed = (s.params.seed * _SEED_STRIDE + s.index) * _SEED_STRIDE + len(s.output_token_ids)
+                step = len(s.output_token_ids) + offset
+                seed = (s.params.seed * _SEED_STRIDE + s.index) * _SEED_STRIDE + step
                 gen = torch.Generator(device=logits.device).manual_seed(seed % (2**63))
                 noise[i] = torch.empty_like(probs[i]).exponential_(generator=gen)
         sampled = (probs / noise).argmax(-1)
+        greedy = torch.tensor(greedy_rows, device=logits.device)
         tokens = torch.where(greedy, tokens, sampled)
-    token_list = tokens.tolist()
     if num_logprobs is None:
-        return SamplerOutput(token_list, None, None)
+        return DeviceSample(tokens)
     logprobs = raw.log_softmax(-1)
-    chosen = logprobs.gather(1, tokens[:, None])[:, 0].tolist()
-    top: list[list[tuple[int, float]]] = [[] for _ in seqs]
+    chosen = logprobs.gather(1, tokens[:, None])[:, 0]
     if num_logprobs > 0:
         values, ids = logprobs.topk(num_logprobs, dim=-1)
-        for i, (v, t) in enumerate(zip(values.tolist(), ids.tolist())):
-            k = seqs[i].params.logprobs or 0
-            top[i] = list(zip(t[:k], v[:k]))
-    return SamplerOutput(token_list, chosen, top)
+        return DeviceSample(tokens, chosen, values, ids)
+    return DeviceSample(tokens, chosen)
+
+
+def sample(
+    logits: torch.Tensor, seqs: list[Sequence], eos_ids: tuple[int, ...], num_logprobs: int | None
+) -> SamplerOutput:
+    """``sample_on_device`` read back to the host."""
+    return sample_on_device(logits, seqs, eos_ids, num_logprobs).to_host(seqs)
