@@ -40,13 +40,15 @@ class Batch:
         perm = torch.randperm(num_blocks, generator=gen)
         self.block_tables = torch.full((len(ctx), width), -1, dtype=torch.int32)
         used = 0
+        slots = []
         for i, (c, nb) in enumerate(zip(ctx, n_blocks)):
             self.block_tables[i, :nb] = perm[used : used + nb].int()
             used += nb
-            for t in range(c):
-                blk, off = self.block_tables[i, t // page], t % page
-                self.k_cache[blk, off] = torch.randn(hkv, d, generator=gen).to(dtype)
-                self.v_cache[blk, off] = torch.randn(hkv, d, generator=gen).to(dtype)
+            t = torch.arange(c)
+            slots.append(self.block_tables[i, t // page].long() * page + t % page)
+        slots = torch.cat(slots)
+        for cache in (self.k_cache, self.v_cache):
+            cache.view(-1, hkv, d)[slots] = torch.randn(len(slots), hkv, d, generator=gen).to(dtype)
         self.ctx, self.qlen, self.page = list(ctx), list(qlen), page
         total = sum(qlen)
         self.q = torch.randn(total, hq, d, generator=gen).to(dtype)
@@ -143,6 +145,21 @@ def test_prefill_kernel(case):
     proj = torch.cat([b.q, b.gate.view(b.q.shape)], dim=-1)
     out2 = paged_prefill(*b.args(), proj[..., d:], block_m=32, block_n=32)
     assert _rel(out2, ref) < TOL[dtype]
+
+
+@pytest.mark.parametrize("splits", [1, 3])
+def test_padding_sequences(splits):
+    """Decode padding rows (context 0, block table all -1) come out 0, not NaN; a prefill sequence with no
+    new tokens (q_len 0) writes nothing and does not disturb its neighbours."""
+    b = Batch([5, 0, 17], [1, 1, 1], 4, 2, 32, 4)
+    ref = paged_attention_reference(*b.args(), gate=b.gate)
+    out = paged_decode(*b.args(), b.gate, 17, out=b.poisoned_out(), num_splits=splits, block_n=16)
+    assert torch.equal(out[1], torch.zeros_like(out[1]))
+    assert _rel(out, ref) < 1e-5
+    b = Batch([9, 4, 12], [9, 0, 3], 4, 2, 32, 4)
+    ref = paged_attention_reference(*b.args(), gate=b.gate)
+    out = paged_prefill(*b.args(), b.gate, out=b.poisoned_out(), block_m=16, block_n=16)
+    assert not out.isnan().any() and _rel(out, ref) < 1e-5
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16])

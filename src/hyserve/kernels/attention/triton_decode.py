@@ -110,7 +110,7 @@ def _paged_decode_split_kernel(
             mask=kv_mask,
             other=0.0,
         )
-        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=DOT_PREC)
+        acc = tl.dot(p.to(v.dtype), v, acc * alpha[:, None], input_precision=DOT_PREC)
         m_i = m_new
 
     nonempty = l_i > 0.0

@@ -80,7 +80,7 @@ def _attend_tile(
     v = tl.load(
         v_base + (blk * stride_vb + in_page * stride_vs)[:, None] + offs_d[None, :], mask=kv_mask, other=0.0
     )
-    acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=DOT_PREC)
+    acc = tl.dot(p.to(v.dtype), v, acc * alpha[:, None], input_precision=DOT_PREC)
     return acc, m_new, l_i
 
 
