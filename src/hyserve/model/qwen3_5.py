@@ -83,31 +83,39 @@ class GatedDeltaNet(nn.Module):
         z = z.view(t, self.num_v_heads, self.head_v_dim)
         conv_state = cache.conv_state[self.linear_index]
         ssm_state = cache.ssm_state[self.linear_index]
-        if batch.is_decode:
-            mixed_qkv = ops.causal_conv1d_decode(
-                mixed_qkv, self.conv1d.weight, conv_state, batch.state_indices
-            )
-        else:
-            mixed_qkv = ops.causal_conv1d_prefill(
+        if batch.is_decode:  # conv + gating + recurrence + norm in one fused step
+            o = ops.gdn_decode_step(
                 mixed_qkv,
+                z,
+                a,
+                b,
                 self.conv1d.weight,
+                self.A_log,
+                self.dt_bias,
+                self.norm.weight,
+                self.norm.eps,
                 conv_state,
-                batch.cu_seqlens_q,
+                ssm_state,
                 batch.state_indices,
-                batch.has_initial_state,
             )
+            return self.out_proj(o.reshape(t, self.value_dim))
+        mixed_qkv = ops.causal_conv1d_prefill(
+            mixed_qkv,
+            self.conv1d.weight,
+            conv_state,
+            batch.cu_seqlens_q,
+            batch.state_indices,
+            batch.has_initial_state,
+        )
         q, k, v = mixed_qkv.split([self.key_dim, self.key_dim, self.value_dim], dim=-1)
         q = q.view(t, self.num_k_heads, self.head_k_dim)
         k = k.view(t, self.num_k_heads, self.head_k_dim)
         v = v.view(t, self.num_v_heads, self.head_v_dim)
         beta = b.sigmoid()
         g = -self.A_log.float().exp() * F.softplus(a.float() + self.dt_bias)  # log-decay <= 0, fp32
-        if batch.is_decode:
-            o = ops.gated_delta_rule_decode(q, k, v, g, beta, ssm_state, batch.state_indices)
-        else:
-            o = ops.gated_delta_rule_prefill(
-                q, k, v, g, beta, ssm_state, batch.cu_seqlens_q, batch.state_indices, batch.has_initial_state
-            )
+        o = ops.gated_delta_rule_prefill(
+            q, k, v, g, beta, ssm_state, batch.cu_seqlens_q, batch.state_indices, batch.has_initial_state
+        )
         o = self.norm(o, z)  # [T, HV, V]
         return self.out_proj(o.reshape(t, self.value_dim))
 
