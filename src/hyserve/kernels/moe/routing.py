@@ -34,7 +34,7 @@ import torch
 import triton
 import triton.language as tl
 
-from hyserve.kernels.moe.workspace import empty
+from hyserve.kernels.moe.workspace import empty, launch
 
 SMALL_PAIRS = 1024  # largest TP*KP the single-program path takes
 RANK_CHUNK = tl.constexpr(128)  # rows of the [RANK_CHUNK, P] key comparison done at once
@@ -297,7 +297,9 @@ def route_topk(
     BT = max(1, min(16, 4096 // EP))
     ntb = triton.cdiv(T, BT)
     counts = empty((ntb, EP), torch.int32, logits.device)
-    _route_kernel[(ntb,)](
+    launch(
+        _route_kernel,
+        (ntb,),
         logits,
         logits.stride(0),
         ids,
@@ -338,7 +340,9 @@ def route_and_align(
     meta = empty((3 * mb + 1,), torch.int32, dev)
     rnd = _round_code(weight_dtype)
     if TP * KP <= SMALL_PAIRS and not force_large:
-        _route_small_kernel[(1,)](
+        launch(
+            _route_small_kernel,
+            (1,),
             logits,
             logits.stride(0),
             ids,
@@ -362,12 +366,40 @@ def route_and_align(
         ntb = triton.cdiv(T, BT)
         counts = empty((ntb, EP), torch.int32, dev)
         base = empty((ntb, EP), torch.int32, dev)
-        _route_kernel[(ntb,)](
-            logits, logits.stride(0), ids, w, counts, T, E, top_k, KP, BT, EP, rnd, num_warps=4
+        launch(
+            _route_kernel,
+            (ntb,),
+            logits,
+            logits.stride(0),
+            ids,
+            w,
+            counts,
+            T,
+            E,
+            top_k,
+            KP,
+            BT,
+            EP,
+            rnd,
+            num_warps=4,
         )
         CT = max(1, min(64, 8192 // EP))
-        _align_scan_kernel[(1,)](
-            counts, base, meta, ntb, T, E, mb, top_k, EP, CT, block_m, with_shared, num_warps=8
+        launch(
+            _align_scan_kernel,
+            (1,),
+            counts,
+            base,
+            meta,
+            ntb,
+            T,
+            E,
+            mb,
+            top_k,
+            EP,
+            CT,
+            block_m,
+            with_shared,
+            num_warps=8,
         )
-        _align_scatter_kernel[(ntb,)](ids, base, sorted_pairs, T, top_k, KP, BT, EP, num_warps=4)
+        launch(_align_scatter_kernel, (ntb,), ids, base, sorted_pairs, T, top_k, KP, BT, EP, num_warps=4)
     return Routing(ids, w, sorted_pairs, meta, mb, block_m)

@@ -27,7 +27,7 @@ import triton
 import triton.language as tl
 
 from hyserve.kernels.moe.triton_gate_up import dot_precision
-from hyserve.kernels.moe.workspace import empty
+from hyserve.kernels.moe.workspace import empty, launch
 
 
 @triton.jit
@@ -146,7 +146,9 @@ def down_reduce(
     tp = triton.next_power_of_2(T)
     if use_dot:
         tp = max(tp, 16)
-    _down_reduce_kernel[(triton.cdiv(H, bh),)](
+    launch(
+        _down_reduce_kernel,
+        (triton.cdiv(H, bh),),
         h,
         w_down,
         sw,

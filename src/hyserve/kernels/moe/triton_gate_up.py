@@ -29,7 +29,7 @@ import torch
 import triton
 import triton.language as tl
 
-from hyserve.kernels.moe.workspace import empty
+from hyserve.kernels.moe.workspace import empty, launch
 
 
 @triton.jit
@@ -171,7 +171,9 @@ def gate_up(
         assert shared_gate_up.stride(1) == 1 and shared_gate_up.shape == (two_i, H)
     sg = shared_expert_gate if shared_expert_gate is not None else x
     grid = (max_blocks, triton.cdiv(inter, bi))
-    _gate_up_kernel[grid](
+    launch(
+        _gate_up_kernel,
+        grid,
         x,
         w_gate_up,
         sw,

@@ -21,7 +21,7 @@ import triton
 import triton.language as tl
 
 from hyserve.kernels.moe.triton_gate_up import dot_precision
-from hyserve.kernels.moe.workspace import empty
+from hyserve.kernels.moe.workspace import empty, launch
 
 
 @triton.jit
@@ -132,7 +132,9 @@ def down_scatter_sum(
         assert shared_down.shape == (H, inter) and shared_down.stride(1) == 1
     y = empty((n + T, H), h.dtype, h.device)
     bh, bk = cfg["BLOCK_H"], cfg["BLOCK_K"]
-    _down_kernel[(max_blocks, triton.cdiv(H, bh))](
+    launch(
+        _down_kernel,
+        (max_blocks, triton.cdiv(H, bh)),
         h,
         w_down,
         sw,
@@ -158,7 +160,9 @@ def down_scatter_sum(
     if out is None:
         out = empty((T, H), h.dtype, h.device)
     bt, bhs = 4, min(1024, triton.next_power_of_2(H))
-    _sum_kernel[(triton.cdiv(T, bt), triton.cdiv(H, bhs))](
+    launch(
+        _sum_kernel,
+        (triton.cdiv(T, bt), triton.cdiv(H, bhs)),
         y,
         out,
         T,

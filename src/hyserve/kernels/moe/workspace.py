@@ -12,3 +12,14 @@ def empty(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device) -> t
     if POISON:
         t.fill_(float("nan") if dtype.is_floating_point else 1 << 30)
     return t
+
+
+WARMUP_ONLY = False  # tune.py's compile workers: compile every launch into the cache, run nothing
+
+
+def launch(kernel, grid: tuple[int, ...], *args, **kwargs) -> None:
+    """``kernel[grid](*args, **kwargs)``, or only its compilation when ``WARMUP_ONLY``."""
+    if WARMUP_ONLY:
+        kernel.warmup(*args, grid=grid, **kwargs)
+    else:
+        kernel[grid](*args, **kwargs)

@@ -1,0 +1,312 @@
+"""Sweep the fused-MoE tile plans on the H200 and write ``configs/E256_H2048_I512_bfloat16.json``.
+
+``PYTHONPATH=src python3 -m hyserve.kernels.moe.tune [--tokens 1,2,...] [--jobs 16] [--quick] [--out PATH]``
+
+Per token bucket T in {1, 2, 4, ..., 8192}: for each candidate block_m (GEMV block_m = T for T <= 8,
+16 for decode, ~tokens-per-expert for prefill) the routing is computed once, then every gate_up config
+is timed, then every down config (the "reduce" decode kernel for T <= 128, the "scatter" prefill
+kernels for block_m >= 16, T >= 16) on the best gate_up's output; the plan with the least
+gate_up + down time wins. Timing: each launch captured in a CUDA graph, ``triton.testing.do_bench``
+median with the L2 flushed between replays (weights are never L2-resident in a real forward).
+
+Compilation dominates a naive sweep (~2 s per variant, ~300 variants), so every candidate is first
+compiled in parallel by spawned worker processes that run the same launch wrappers with
+``workspace.WARMUP_ONLY`` (``kernel.warmup``: compile into Triton's disk cache, launch nothing); the
+timing pass then only loads the cached binaries. Failing configs (e.g. out of shared memory) are
+skipped. GEMM shapes covered: gate_up E=256 x N=1024 x K=2048, down E=256 x N=2048 x K=512, bf16, k=8.
+"""
+
+from __future__ import annotations
+
+import argparse
+import concurrent.futures as cf
+import itertools
+import json
+import multiprocessing as mp
+import os
+import time
+
+import torch
+import torch.nn.functional as F
+
+E, TOP_K, H, I = 256, 8, 2048, 512
+TOKENS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192)
+
+
+def _grid(**axes) -> list[dict]:
+    keys = list(axes)
+    return [dict(zip(keys, vals)) for vals in itertools.product(*axes.values())]
+
+
+def _ws(pairs: list[tuple[int, int]]) -> list[dict]:
+    return [{"num_warps": w, "num_stages": s} for w, s in pairs]
+
+
+def _cross(a: list[dict], b: list[dict]) -> list[dict]:
+    return [dict(x, **y) for x in a for y in b]
+
+
+def block_ms(T: int) -> list[int]:
+    if T <= 8:
+        return [T, 16]  # GEMV with one block per expert, tensor-core dots
+    if T <= 64:
+        return [16]
+    r = T * TOP_K / E  # tokens per expert
+    p = 16
+    while p < r:
+        p *= 2
+    return sorted({min(128, p), min(128, 2 * p)}) if r > 8 else [16]
+
+
+def candidates(T: int, bm: int, quick: bool) -> dict[str, list[dict]]:
+    """Configs per kernel kind for this (T, block_m)."""
+    out: dict[str, list[dict]] = {}
+    if bm < 16:  # GEMV variants: no pipelining stages to speak of
+        # a [block_m, BLOCK_I, BLOCK_K] fp32 product lives in registers: keep it <= 32K elements
+        gu = _grid(BLOCK_I=[8, 16, 32], BLOCK_K=[64, 128, 256, 512])
+        out["gate_up"] = _cross([c for c in gu if bm * c["BLOCK_I"] * c["BLOCK_K"] <= 32768], _ws([(4, 2)]))
+        dn = _grid(BLOCK_H=[8, 16, 32], BLOCK_K=[128, 256, 512])
+        out["reduce"] = _cross([c for c in dn if bm * c["BLOCK_H"] * c["BLOCK_K"] <= 32768], _ws([(4, 2)]))
+    elif T <= 64:
+        out["gate_up"] = _cross(
+            _grid(BLOCK_I=[16, 32, 64], BLOCK_K=[128, 256]), _ws([(4, 3), (4, 4), (4, 5), (8, 4)])
+        )
+        tp_first = T <= 16
+        out["reduce"] = _cross(
+            _grid(BLOCK_H=[16, 32], BLOCK_K=[128, 256, 512] if tp_first else [256, 512]),
+            _ws([(4, 4), (4, 6), (4, 8), (8, 6)] if tp_first else [(4, 6), (4, 8)]),
+        )
+        if T >= 16:
+            out["scatter"] = _cross(_grid(BLOCK_H=[64, 128], BLOCK_K=[64, 128]), _ws([(4, 3), (4, 4)]))
+    else:
+        bis = [32, 64, 128] if bm <= 32 else [64, 128]
+        out["gate_up"] = _cross(_grid(BLOCK_I=bis, BLOCK_K=[64, 128]), _ws([(4, 3), (4, 4), (8, 3), (8, 4)]))
+        out["scatter"] = _cross(
+            _grid(BLOCK_H=[64, 128, 256], BLOCK_K=[64, 128]), _ws([(4, 3), (4, 4), (8, 3)])
+        )
+        if T <= 128:
+            out["reduce"] = _cross(_grid(BLOCK_H=[16, 32], BLOCK_K=[256, 512]), _ws([(4, 6), (4, 8)]))
+    if quick:
+        out = {k: v[:: max(1, len(v) // 6)] for k, v in out.items()}
+    return out
+
+
+# --------------------------------------------------------------------------- shared by workers and timing
+
+
+def make_inputs(init: bool) -> dict:
+    if init:
+        from hyserve.kernels.moe.bench import make_layer
+
+        return make_layer(E, H, I)
+    dt = torch.bfloat16
+    return dict(
+        gate_weight=torch.empty(E, H, dtype=dt, device="cuda"),
+        w_gate_up=torch.empty(E, 2 * I, H, dtype=dt, device="cuda"),
+        w_down=torch.empty(E, H, I, dtype=dt, device="cuda"),
+        shared_gate_up=torch.empty(2 * I, H, dtype=dt, device="cuda"),
+        shared_down=torch.empty(H, I, dtype=dt, device="cuda"),
+        shared_expert_gate=torch.empty(1, H, dtype=dt, device="cuda"),
+    )
+
+
+def make_x(T: int, init: bool) -> torch.Tensor:
+    if init:
+        from hyserve.kernels.moe.bench import make_x as mx
+
+        return mx(T, H)
+    return torch.empty(T, H, dtype=torch.bfloat16, device="cuda")
+
+
+def route(layer: dict, x: torch.Tensor, bm: int):
+    from hyserve.kernels.moe.routing import route_and_align
+
+    return route_and_align(F.linear(x, layer["gate_weight"]), TOP_K, bm, True, x.dtype)
+
+
+def run_gate_up(layer: dict, x: torch.Tensor, rt, bm: int, cfg: dict) -> torch.Tensor:
+    from hyserve.kernels.moe.triton_gate_up import gate_up
+
+    return gate_up(
+        x,
+        layer["w_gate_up"],
+        layer["shared_gate_up"],
+        layer["shared_expert_gate"],
+        rt.topk_weights,
+        rt.sorted_pairs,
+        rt.meta,
+        rt.max_blocks,
+        bm,
+        cfg,
+    )
+
+
+def run_down(kind: str, layer: dict, h: torch.Tensor, rt, bm: int, T: int, cfg: dict) -> torch.Tensor:
+    from hyserve.kernels.moe.triton_decode import down_reduce
+    from hyserve.kernels.moe.triton_prefill import down_scatter_sum
+
+    fn = down_reduce if kind == "reduce" else down_scatter_sum
+    return fn(
+        h, layer["w_down"], layer["shared_down"], rt.sorted_pairs, rt.meta, rt.max_blocks, bm, T, TOP_K, cfg
+    )
+
+
+def _compile_worker(specs: list[tuple[int, int, str, dict]]) -> tuple[int, list[str]]:
+    """Spawned process: compile the given (T, block_m, kind, cfg) launches into the disk cache."""
+    from hyserve.kernels.moe import workspace
+
+    workspace.WARMUP_ONLY = True
+    layer = make_inputs(init=False)
+    done, errors = 0, []
+    for T, bm, kind, cfg in specs:
+        try:
+            x = make_x(T, init=False)
+            rt = route(layer, x, bm)
+            h = torch.empty(T * TOP_K + T, I, dtype=x.dtype, device="cuda")
+            if kind == "gate_up":
+                run_gate_up(layer, x, rt, bm, cfg)
+            else:
+                run_down(kind, layer, h, rt, bm, T, cfg)
+            done += 1
+        except Exception as exc:  # noqa: BLE001 - a config that does not compile is skipped later
+            errors.append(f"{T} {bm} {kind} {cfg}: {type(exc).__name__}: {str(exc)[:120]}")
+    return done, errors
+
+
+def precompile(tokens: tuple[int, ...], quick: bool, jobs: int) -> None:
+    # one group per (block_m, kind, config): all its token counts go to the same worker, so the
+    # variants that differ only in T-dependent int specialisations hit that worker's disk cache
+    groups: dict[tuple, list] = {}
+    for T in tokens:
+        for bm in block_ms(T):
+            for kind, cfgs in candidates(T, bm, quick).items():
+                for cfg in cfgs:
+                    groups.setdefault((bm, kind, tuple(sorted(cfg.items()))), []).append((T, bm, kind, cfg))
+    ordered = sorted(groups.values(), key=len, reverse=True)
+    specs = [s for g in ordered for s in g]
+    t0 = time.time()
+    chunks: list[list] = [[] for _ in range(jobs)]
+    for i, g in enumerate(ordered):
+        chunks[i % jobs].extend(g)
+    ctx = mp.get_context("spawn")
+    n, errs = 0, []
+    with cf.ProcessPoolExecutor(max_workers=jobs, mp_context=ctx) as ex:
+        for done, e in ex.map(_compile_worker, chunks):
+            n += done
+            errs += e
+    print(f"precompiled {n}/{len(specs)} variants with {jobs} workers in {time.time() - t0:.0f}s", flush=True)
+    for e in errs[:10]:
+        print("  compile error:", e)
+
+
+# --------------------------------------------------------------------------- timing
+
+
+def time_graph(fn) -> float:
+    """Median ms of fn replayed from a CUDA graph, L2 flushed before each replay; inf if it fails."""
+    import triton.testing
+
+    try:
+        fn()
+        torch.cuda.synchronize()
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            fn()
+        return float(triton.testing.do_bench(g.replay, warmup=5, rep=25, return_mode="median"))
+    except Exception as exc:  # noqa: BLE001
+        print(f"    skipped: {type(exc).__name__}: {str(exc)[:100]}")
+        torch.cuda.synchronize()
+        return float("inf")
+
+
+def tune(tokens: tuple[int, ...], quick: bool) -> tuple[dict, dict]:
+    layer = make_inputs(init=True)
+    buckets, timings = {}, {}
+    for T in tokens:
+        x = make_x(T, init=True)
+        best = None
+        t_route = time_graph(lambda x=x: route(layer, x, 16))
+        for bm in block_ms(T):
+            rt = route(layer, x, bm)
+            cands = candidates(T, bm, quick)
+            gu = [
+                (time_graph(lambda c=c, x=x, rt=rt, bm=bm: run_gate_up(layer, x, rt, bm, c)), c)
+                for c in cands["gate_up"]
+            ]
+            gu_ms, gu_cfg = min(gu, key=lambda r: r[0])
+            h = run_gate_up(layer, x, rt, bm, gu_cfg)
+            for kind in ("reduce", "scatter"):
+                if kind not in cands:
+                    continue
+                dn = [
+                    (
+                        time_graph(
+                            lambda c=c, k=kind, h=h, rt=rt, bm=bm, T=T: run_down(k, layer, h, rt, bm, T, c)
+                        ),
+                        c,
+                    )
+                    for c in cands[kind]
+                ]
+                dn_ms, dn_cfg = min(dn, key=lambda r: r[0])
+                total = gu_ms + dn_ms
+                print(
+                    f"T={T:5d} bm={bm:3d} gate_up {gu_ms * 1e3:8.1f}us {gu_cfg}  {kind} {dn_ms * 1e3:8.1f}us {dn_cfg}",
+                    flush=True,
+                )
+                if best is None or total < best[0]:
+                    best = (
+                        total,
+                        {"block_m": bm, "down_mode": kind, "gate_up": gu_cfg, "down": dn_cfg},
+                        {"route_us": t_route * 1e3, "gate_up_us": gu_ms * 1e3, "down_us": dn_ms * 1e3},
+                    )
+        if best is None:
+            from hyserve.kernels.moe.configs import default_plan
+
+            print(f"T={T}: every candidate failed; keeping the default plan")
+            best = (float("inf"), default_plan(T, E, H, I, TOP_K), {})
+        buckets[T] = best[1]
+        timings[T] = {k: round(v, 2) for k, v in best[2].items()}
+        print(f"T={T:5d} best {best[1]}  total {(best[0] + t_route) * 1e3:.1f}us", flush=True)
+    return buckets, timings
+
+
+def main() -> None:
+    import triton
+
+    from hyserve.kernels.moe.configs import config_path
+
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--tokens", default=",".join(map(str, TOKENS)))
+    ap.add_argument("--jobs", type=int, default=min(16, os.cpu_count() or 1))
+    ap.add_argument("--quick", action="store_true", help="about 1/6 of the configs")
+    ap.add_argument("--out", default=None, help="default: configs/E256_H2048_I512_bfloat16.json")
+    a = ap.parse_args()
+    tokens = tuple(int(t) for t in a.tokens.split(","))
+    t0 = time.time()
+    if a.jobs > 1:
+        precompile(tokens, a.quick, a.jobs)
+    buckets, timings = tune(tokens, a.quick)
+    data = {
+        "note": "fused MoE tile plans (see configs.py); written by tune.py",
+        "device": torch.cuda.get_device_name(),
+        "torch": torch.__version__,
+        "triton": triton.__version__,
+        "E": E,
+        "H": H,
+        "I": I,
+        "top_k": TOP_K,
+        "dtype": "bfloat16",
+        "buckets": {str(k): v for k, v in buckets.items()},
+        "timings_us": {str(k): v for k, v in timings.items()},
+    }
+    out = a.out or str(config_path(E, H, I, torch.bfloat16))
+    os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
+    with open(out, "w") as f:
+        json.dump(data, f, indent=1)
+        f.write("\n")
+    print(json.dumps(data))
+    print(f"wrote {out} in {time.time() - t0:.0f}s")
+
+
+if __name__ == "__main__":
+    main()
