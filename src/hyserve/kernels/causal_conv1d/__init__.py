@@ -34,6 +34,7 @@ def causal_conv1d_prefill(
         and x.dtype in _DTYPES
         and x.stride(-1) == 1
         and conv_state.is_contiguous()
+        and conv_state.dtype == x.dtype
     ):
         from hyserve.kernels.causal_conv1d.triton_kernel import causal_conv1d_prefill_triton
 

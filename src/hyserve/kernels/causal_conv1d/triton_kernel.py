@@ -6,8 +6,8 @@ first), cu_seqlens [N+1], state_indices [N], has_initial_state [N] -> out [T, D]
 Grid (token blocks, D/BD): sequences are cut into blocks of BT tokens; the grid is the upper bound
 T/BT + N and each program finds its (sequence, block) from cu_seqlens in registers (vector load +
 cumsum), programs past the last block exit. A program computes y[t] = sum_w weight[:, w] * in[t-W+1+w]
-as W shifted [BT, BD] loads (they overlap, L1/L2 serve the repeats) where positions before the sequence
-start come from the slot (has_initial_state) or are zero, then SiLU in fp32.
+as W shifted [BT, BD] loads (they overlap, L1/L2 serve the repeats), each row pointing into x or, for
+positions before the sequence start, into the slot (has_initial_state) or masked to zero; SiLU in fp32.
 
 Conv state: the new state is the last W-1 inputs of (history ++ tokens), so for a sequence shorter than
 W-1 it still holds old history rows. Only the first block of a sequence reads the history, so that
@@ -21,7 +21,7 @@ import torch
 import triton
 import triton.language as tl
 
-_CONFIG = {"BT": 64, "BD": 128, "num_warps": 4}
+_CONFIG = {"BT": 32, "BD": 128, "num_warps": 4}
 
 
 @triton.jit
@@ -55,20 +55,13 @@ def _conv_prefill_kernel(
     acc = tl.zeros((BT, BD), tl.float32)
     for w in tl.static_range(W):
         p = rows - (W - 1) + w  # input position of tap w
-        from_x = p >= start
-        xin = tl.load(
-            x_ptr + p.to(tl.int64)[:, None] * stride_xt + cols[None, :],
-            mask=(mr & from_x)[:, None] & mc[None, :],
-            other=0.0,
-        )
         hist_row = p - start + (W - 1)  # row of the old state for positions before the start
-        hin = tl.load(
-            s_base + hist_row[:, None] * D + cols[None, :],
-            mask=(mr & (p < start) & (hist_row < n_hist))[:, None] & mc[None, :],
-            other=0.0,
-        ).to(X_DT)
+        # one load per tap: row pointers into x, or into the slot for positions before the start
+        row_ptr = tl.where(p >= start, x_ptr + p.to(tl.int64) * stride_xt, s_base + hist_row * D)
+        ok_row = mr & ((p >= start) | (hist_row < n_hist))
+        xin = tl.load(row_ptr[:, None] + cols[None, :], mask=ok_row[:, None] & mc[None, :], other=0.0)
         wt = tl.load(w_ptr + cols * W + w, mask=mc, other=0.0).to(tl.float32)
-        acc += tl.where(from_x[:, None], xin.to(tl.float32), hin.to(tl.float32)) * wt[None, :]
+        acc += xin.to(tl.float32) * wt[None, :]
     y = acc * tl.sigmoid(acc)
     tl.store(
         out_ptr + rows.to(tl.int64)[:, None] * stride_ot + cols[None, :],
@@ -79,15 +72,15 @@ def _conv_prefill_kernel(
     if blk == 0:  # the only program that read this slot: write its new state
         length = end - start
         for r in tl.static_range(W - 1):
-            p = end - (W - 1) + r
+            pos = end - (W - 1) + r
             # (scalar conditions folded into column bounds: vector & scalar masks trip the interpreter)
             xr = tl.load(
-                x_ptr + p.to(tl.int64) * stride_xt + cols, mask=cols < tl.where(p >= start, D, 0), other=0.0
+                x_ptr + pos.to(tl.int64) * stride_xt + cols, mask=cols < tl.where(pos >= start, D, 0), other=0.0
             )
-            old = length + r  # old-state row feeding new row r when p < start (old > r: not yet written)
-            h_cols = tl.where((p < start) & (old < n_hist), D, 0)
+            old = length + r  # old-state row feeding new row r when pos < start (old > r: not yet written)
+            h_cols = tl.where((pos < start) & (old < n_hist), D, 0)
             hr = tl.load(s_base + old * D + cols, mask=cols < h_cols, other=0.0).to(X_DT)
-            val = tl.where(p >= start, xr, hr)
+            val = tl.where(pos >= start, xr, hr)
             tl.debug_barrier()  # all reads of the slot (above, and the conv's) before this write
             tl.store(s_base + r * D + cols, val.to(cs_ptr.dtype.element_ty), mask=mc)
 
@@ -110,6 +103,7 @@ def causal_conv1d_prefill_triton(
     width = weight.shape[-1]
     n = state_indices.shape[0]
     assert x.stride(-1) == 1 and conv_state.is_contiguous() and conv_state.shape[1:] == (width - 1, d)
+    assert conv_state.dtype == x.dtype  # one load per tap reads x or the slot
     out = torch.empty_like(x) if out is None else out
     if t == 0 or n == 0:
         return out

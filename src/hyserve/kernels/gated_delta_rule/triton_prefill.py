@@ -57,11 +57,6 @@ def _locate(cu_ptr, N, pid, CHUNK: tl.constexpr, BN: tl.constexpr):
 
 
 @triton.jit
-def _l2norm_rows(x):
-    return x * tl.rsqrt(tl.sum(x * x, 1) + 1e-6)[:, None]
-
-
-@triton.jit
 def _chunk_inverse(a, PREC: tl.constexpr):
     """(I + a)^-1 for the strictly lower [64, 64] fp32 chunk system ``a``.
 
@@ -91,7 +86,7 @@ def _chunk_inverse(a, PREC: tl.constexpr):
 
 @triton.jit
 def _prepare_kernel(
-    k_ptr, v_ptr, g_ptr, beta_ptr, cu_ptr, w_ptr, u_ptr, cum_ptr,
+    k_ptr, v_ptr, g_ptr, beta_ptr, cu_ptr, w_ptr, u_ptr, cum_ptr, rk_ptr,
     stride_kt, stride_kh, stride_vt, stride_vh, stride_gt, stride_bt, N,
     HV: tl.constexpr, G: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
     BN: tl.constexpr, DT: tl.constexpr, PREC: tl.constexpr,
@@ -109,29 +104,34 @@ def _prepare_kernel(
     mr = rows < end
     ok = tl.arange(0, BK)
     ov = tl.arange(0, BV)
+    # raw model-dtype tiles straight into the dots; the L2 norms become row/column scales of the outputs
     k = tl.load(
         k_ptr + rows[:, None] * stride_kt + i_h * stride_kh + ok[None, :],
         mask=mr[:, None] & (ok[None, :] < K),
         other=0.0,
-    ).to(tl.float32)
+    )
     v = tl.load(
         v_ptr + rows[:, None] * stride_vt + i_hv * stride_vh + ov[None, :],
         mask=mr[:, None] & (ov[None, :] < V),
         other=0.0,
-    ).to(tl.float32)
+    )
     g = tl.load(g_ptr + rows * stride_gt + i_hv, mask=mr, other=0.0).to(tl.float32)
     beta = tl.load(beta_ptr + rows * stride_bt + i_hv, mask=mr, other=0.0).to(tl.float32)
-    k = _l2norm_rows(k)
     cum = tl.cumsum(g, 0)  # padded rows add 0: the reference's zero padding
     tl.store(cum_ptr + rows * HV + i_hv, cum, mask=mr)
 
-    kb = k * beta[:, None]
+    kk = tl.dot(k, tl.trans(k), input_precision=PREC)  # [64, 64] fp32, exact products
+    eye = rr[:, None] == rr[None, :]
+    rk = tl.rsqrt(tl.sum(tl.where(eye, kk, 0.0), 1) + 1e-6)  # 1 / |k_i| (the diagonal), by row
+    rk_c = tl.rsqrt(tl.sum(tl.where(eye, kk, 0.0), 0) + 1e-6)  # the same, by column
+    tl.store(rk_ptr + rows * HV + i_hv, rk, mask=mr)
     strict = rr[:, None] > rr[None, :]
-    a = tl.dot(kb, tl.trans(k), input_precision=PREC)
-    a = a * tl.exp(tl.where(strict, cum[:, None] - cum[None, :], float("-inf")))  # strictly lower
+    decay = tl.exp(tl.where(strict, cum[:, None] - cum[None, :], float("-inf")))
+    a = kk * (beta * rk)[:, None] * rk_c[None, :] * decay  # strictly lower: beta_i kn_i.kn_j exp(c_i - c_j)
     t = _chunk_inverse(a, PREC)
-    w = tl.dot(t, kb * tl.exp(cum)[:, None], input_precision=PREC)
-    u = tl.dot(t, v * beta[:, None], input_precision=PREC)
+    # w = T diag(beta exp(cum) / |k|) k,  u = T diag(beta) v
+    w = tl.dot((t * (beta * tl.exp(cum) * rk)[None, :]).to(DT), k, input_precision=PREC)
+    u = tl.dot((t * beta[None, :]).to(DT), v, input_precision=PREC)
     tl.store(
         w_ptr + (rows[:, None] * HV + i_hv) * K + ok[None, :],
         w.to(w_ptr.dtype.element_ty),
@@ -146,7 +146,7 @@ def _prepare_kernel(
 
 @triton.jit
 def _state_kernel(
-    k_ptr, w_ptr, u_ptr, cum_ptr, cu_ptr, state_ptr, idx_ptr, init_ptr, h_ptr, vnew_ptr,
+    k_ptr, w_ptr, u_ptr, cum_ptr, rk_ptr, cu_ptr, state_ptr, idx_ptr, init_ptr, h_ptr, vnew_ptr,
     stride_kt, stride_kh, N,
     HV: tl.constexpr, G: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
     BN: tl.constexpr, DT: tl.constexpr, PREC: tl.constexpr,
@@ -160,8 +160,7 @@ def _state_kernel(
     m = i < N
     lo = tl.load(cu_ptr + i, mask=m, other=0).to(tl.int32)
     hi = tl.load(cu_ptr + i + 1, mask=m, other=0).to(tl.int32)
-    cnt = (hi - lo + 63) // 64
-    first = tl.sum(tl.where(i < i_n, cnt, 0), 0)
+    first = tl.sum(tl.where(i < i_n, (hi - lo + 63) // 64, 0), 0)
     start = tl.load(cu_ptr + i_n).to(tl.int32)
     end = tl.load(cu_ptr + i_n + 1).to(tl.int32)
     n_chunks = (end - start + 63) // 64
@@ -182,35 +181,36 @@ def _state_kernel(
         rows = (t0 + rr).to(tl.int64)
         mr = rows < end
         h_off = (((first + c).to(tl.int64) * HV + i_hv) * K + ok[:, None]) * V + ov[None, :]
-        tl.store(h_ptr + h_off, s.to(DT), mask=mk[:, None] & mv[None, :])
+        tl.store(h_ptr + h_off, s.to(h_ptr.dtype.element_ty), mask=mk[:, None] & mv[None, :])
         w = tl.load(
             w_ptr + (rows[:, None] * HV + i_hv) * K + ok[None, :], mask=mr[:, None] & mk[None, :], other=0.0
         )
         u = tl.load(
             u_ptr + (rows[:, None] * HV + i_hv) * V + ov[None, :], mask=mr[:, None] & mv[None, :], other=0.0
         )
-        v_new = u.to(tl.float32) - tl.dot(w.to(DT), s.to(DT), input_precision=PREC)
+        k = tl.load(
+            k_ptr + rows[:, None] * stride_kt + i_h * stride_kh + ok[None, :],
+            mask=mr[:, None] & mk[None, :],
+            other=0.0,
+        )
+        cum = tl.load(cum_ptr + rows * HV + i_hv, mask=mr, other=0.0)
+        rk = tl.load(rk_ptr + rows * HV + i_hv, mask=mr, other=0.0)
+        cum_last = tl.load(cum_ptr + tl.minimum(t0 + 63, end - 1).to(tl.int64) * HV + i_hv)
+        v_new = u.to(tl.float32) - tl.dot(w, s.to(DT), input_precision=PREC)
         tl.store(
             vnew_ptr + (rows[:, None] * HV + i_hv) * V + ov[None, :],
             v_new.to(DT),
             mask=mr[:, None] & mv[None, :],
         )
-        k = tl.load(
-            k_ptr + rows[:, None] * stride_kt + i_h * stride_kh + ok[None, :],
-            mask=mr[:, None] & mk[None, :],
-            other=0.0,
-        ).to(tl.float32)
-        cum = tl.load(cum_ptr + rows * HV + i_hv, mask=mr, other=0.0)
-        last = tl.minimum(t0 + 63, end - 1).to(tl.int64)
-        cum_last = tl.load(cum_ptr + last * HV + i_hv)
-        k_end = _l2norm_rows(k) * tl.exp(cum_last - cum)[:, None]  # zero on rows past the end
-        s = s * tl.exp(cum_last) + tl.dot(tl.trans(k_end.to(DT)), v_new.to(DT), input_precision=PREC)
+        # S <- exp(c_last) S + kn^T diag(exp(c_last - c)) v_new, the norm and decay applied to v_new's rows
+        v_scaled = v_new * (tl.exp(cum_last - cum) * rk)[:, None]
+        s = s * tl.exp(cum_last) + tl.dot(tl.trans(k), v_scaled.to(DT), input_precision=PREC)
     tl.store(state_ptr + s_off, s, mask=mk[:, None] & mv[None, :])
 
 
 @triton.jit
 def _output_kernel(
-    q_ptr, k_ptr, cum_ptr, h_ptr, vnew_ptr, o_ptr, cu_ptr,
+    q_ptr, k_ptr, cum_ptr, rk_ptr, h_ptr, vnew_ptr, o_ptr, cu_ptr,
     stride_qt, stride_qh, stride_kt, stride_kh, stride_ot, stride_oh, N, scale,
     HV: tl.constexpr, G: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
     BN: tl.constexpr, DT: tl.constexpr, PREC: tl.constexpr,
@@ -236,18 +236,19 @@ def _output_kernel(
         q_ptr + rows[:, None] * stride_qt + i_h * stride_qh + ok[None, :],
         mask=mr[:, None] & mk[None, :],
         other=0.0,
-    ).to(tl.float32)
+    )
     k = tl.load(
         k_ptr + rows[:, None] * stride_kt + i_h * stride_kh + ok[None, :],
         mask=mr[:, None] & mk[None, :],
         other=0.0,
-    ).to(tl.float32)
-    q = _l2norm_rows(q) * scale
-    k = _l2norm_rows(k)
+    )
+    qf = q.to(tl.float32)
+    rq = tl.rsqrt(tl.sum(qf * qf, 1) + 1e-6) * scale  # scale / |q_i|
+    rk = tl.load(rk_ptr + rows * HV + i_hv, mask=mr, other=0.0)
     cum = tl.load(cum_ptr + rows * HV + i_hv, mask=mr, other=0.0)
     causal = rr[:, None] >= rr[None, :]
     decay = tl.exp(tl.where(causal, cum[:, None] - cum[None, :], float("-inf")))
-    attn = tl.dot(q.to(DT), tl.trans(k.to(DT)), input_precision=PREC) * decay  # [64, 64]
+    attn = tl.dot(q, tl.trans(k), input_precision=PREC) * rq[:, None] * rk[None, :] * decay  # [64, 64]
     h = tl.load(
         h_ptr + ((pid.to(tl.int64) * HV + i_hv) * K + ok[:, None]) * V + ov[None, :],
         mask=mk[:, None] & mv[None, :],
@@ -256,9 +257,8 @@ def _output_kernel(
     v_new = tl.load(
         vnew_ptr + (rows[:, None] * HV + i_hv) * V + ov[None, :], mask=mr[:, None] & mv[None, :], other=0.0
     )
-    o = tl.dot((q * tl.exp(cum)[:, None]).to(DT), h.to(DT), input_precision=PREC) + tl.dot(
-        attn.to(DT), v_new.to(DT), input_precision=PREC
-    )
+    o = tl.dot(q, h, input_precision=PREC) * (rq * tl.exp(cum))[:, None]
+    o += tl.dot(attn.to(DT), v_new, input_precision=PREC)
     tl.store(
         o_ptr + rows[:, None] * stride_ot + i_hv * stride_oh + ov[None, :],
         o.to(o_ptr.dtype.element_ty),
@@ -317,25 +317,26 @@ def gated_delta_rule_prefill_triton(
     dt = q.dtype
     prec = "ieee" if dt == torch.float32 else "tf32"  # tf32: fp32-operand dots of the solve, on the GPU
     cum = _scratch((t, hv), torch.float32, q.device)
+    rk = _scratch((t, hv), torch.float32, q.device)
     w = _scratch((t, hv, kd), dt, q.device)
     u = _scratch((t, hv, vd), dt, q.device)
     v_new = _scratch((t, hv, vd), dt, q.device)
     hstate = _scratch((max_chunks, hv, kd, vd), dt, q.device)
     _prepare_kernel[(max_chunks, hv)](
-        k, v, g, beta, cu_seqlens, w, u, cum,
+        k, v, g, beta, cu_seqlens, w, u, cum, rk,
         k.stride(0), k.stride(1), v.stride(0), v.stride(1), g.stride(0), beta.stride(0), n,
         HV=hv, G=group, K=kd, V=vd, BK=bk, BV=bvf, BN=bn, DT=_TL_DTYPES[dt], PREC=prec, num_warps=cfg["prepare"]["num_warps"],
     )  # fmt: skip
     bv = min(cfg["state"]["BV"], bvf)
     _state_kernel[(n, hv, triton.cdiv(vd, bv))](
-        k, w, u, cum, cu_seqlens, state, state_indices, has_initial_state, hstate, v_new,
+        k, w, u, cum, rk, cu_seqlens, state, state_indices, has_initial_state, hstate, v_new,
         k.stride(0), k.stride(1), n,
         HV=hv, G=group, K=kd, V=vd, BK=bk, BV=bv, BN=bn, DT=_TL_DTYPES[dt], PREC=prec,
         num_warps=cfg["state"]["num_warps"], num_stages=cfg["state"]["num_stages"],
     )  # fmt: skip
     bv = min(cfg["output"]["BV"], bvf)
     _output_kernel[(max_chunks, hv, triton.cdiv(vd, bv))](
-        q, k, cum, hstate, v_new, out, cu_seqlens,
+        q, k, cum, rk, hstate, v_new, out, cu_seqlens,
         q.stride(0), q.stride(1), k.stride(0), k.stride(1), out.stride(0), out.stride(1), n, kd**-0.5,
         HV=hv, G=group, K=kd, V=vd, BK=bk, BV=bv, BN=bn, DT=_TL_DTYPES[dt], PREC=prec, num_warps=cfg["output"]["num_warps"],
     )  # fmt: skip

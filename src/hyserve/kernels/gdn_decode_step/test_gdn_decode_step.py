@@ -11,8 +11,11 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from hyserve.kernels.gdn_decode_step import triton_kernel
 from hyserve.kernels.gdn_decode_step.reference import gdn_decode_step_reference
 from hyserve.kernels.gdn_decode_step.triton_kernel import _workspace, gdn_decode_step_triton
+
+_triton = gdn_decode_step_triton
 
 CUDA = torch.cuda.is_available()
 DEVICE = "cuda" if CUDA else "cpu"
@@ -34,8 +37,10 @@ def _inputs(h, hv, kd, vd, batch, dtype, width=4, seed=0, device=DEVICE):
     def rnd(*shape, scale=1.0):
         return (scale * torch.randn(*shape, generator=gen)).to(dtype).to(device)
 
-    x, z = rnd(batch, d), rnd(batch, hv, vd)
-    a, b = rnd(batch, hv), rnd(batch, hv)
+    # views of one projection output [B, D + HV*V + 2*HV], as the model's fused in_proj gives them
+    proj = rnd(batch, d + hv * vd + 2 * hv)
+    x, z, b, a = proj.split([d, hv * vd, hv, hv], dim=-1)
+    z = z.view(batch, hv, vd)
     conv_w = rnd(d, width, scale=width**-0.5)
     a_log = torch.empty(hv).uniform_(1.0, 16.0, generator=gen).log().to(dtype).to(device)
     dt_bias = torch.empty(hv).uniform_(0.5, 1.5, generator=gen).to(dtype).to(device)
@@ -113,7 +118,7 @@ def test_many_steps(block_v):
     cs_tri, ss_tri = args[9].clone(), args[10].clone()
     for step in range(steps):
         fresh = _inputs(h, hv, kd, vd, batch, dtype, seed=step + 1)
-        args[0], args[1], args[2], args[3] = fresh[0], fresh[1], fresh[2], fresh[3]
+        args[:4] = fresh[:4]
         want = gdn_decode_step_reference(*args[:9], cs_ref, ss_ref, args[11])
         got = gdn_decode_step_triton(*args[:9], cs_tri, ss_tri, args[11], block_v=block_v)
         assert _rel(got, want) < TOL[dtype], step
@@ -122,10 +127,13 @@ def test_many_steps(block_v):
 
 
 def test_dispatch(monkeypatch):
-    import hyserve.kernels.gdn_decode_step as op
+    from hyserve.kernels import gdn_decode_step  # the package exports the op under its folder's name
 
+    calls = []
+    monkeypatch.setattr(triton_kernel, "gdn_decode_step_triton", lambda *a: calls.append(1) or _triton(*a))
     args = _inputs(2, 4, 16, 16, 2, torch.float32)
     monkeypatch.setenv("HYSERVE_KERNELS", "triton")
     a1 = [t.clone() if isinstance(t, torch.Tensor) else t for t in args]
     a2 = [t.clone() if isinstance(t, torch.Tensor) else t for t in args]
-    assert _rel(op.gdn_decode_step(*a1), gdn_decode_step_reference(*a2)) < 1e-5
+    assert _rel(gdn_decode_step(*a1), gdn_decode_step_reference(*a2)) < 1e-5
+    assert calls == [1]

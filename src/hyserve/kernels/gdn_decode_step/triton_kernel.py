@@ -34,7 +34,7 @@ import triton
 import triton.language as tl
 
 # batch size bound -> (BV, num_warps); the first entry whose bound is >= B
-_CONFIGS = ((2, 32, 4), (8, 64, 4), (1 << 30, 128, 8))
+_CONFIGS = ((2, 32, 4), (8, 64, 4), (1 << 30, 64, 8))
 
 _TL_DTYPES = {torch.float32: tl.float32, torch.float16: tl.float16, torch.bfloat16: tl.bfloat16}
 
@@ -48,6 +48,7 @@ def _gdn_decode_step_kernel(
     stride_xb, stride_zb, stride_zh, stride_ab, stride_bb, eps, scale,
     H: tl.constexpr, HV: tl.constexpr, G: tl.constexpr, K: tl.constexpr, V: tl.constexpr, W: tl.constexpr,
     BK: tl.constexpr, BV: tl.constexpr, BVF: tl.constexpr, NV: tl.constexpr, NW_DT: tl.constexpr,
+    EARLY_STATE: tl.constexpr,
 ):  # fmt: skip
     i_b = tl.program_id(0)
     i_hv = tl.program_id(1)
@@ -63,9 +64,13 @@ def _gdn_decode_step_kernel(
     mk = ok < K
     ov = i_v * BV + tl.arange(0, BV)
     mv = ov < V
-    # the fp32 state tile first: its latency overlaps everything below
     s_off = ((slot * HV + i_hv) * K + ok[:, None]) * V + ov[None, :]
-    s = tl.load(ssm_ptr + s_off, mask=mk[:, None] & mv[None, :], other=0.0)
+    EVEN: tl.constexpr = (K == BK) and (V % BV == 0)  # no masks: lets the compiler vectorise the tile
+    if EARLY_STATE:  # the fp32 state tile first: its latency overlaps the conv below
+        if EVEN:
+            s = tl.load(ssm_ptr + s_off)
+        else:
+            s = tl.load(ssm_ptr + s_off, mask=mk[:, None] & mv[None, :], other=0.0)
 
     # causal conv over [conv_state rows 0..W-2, x] and SiLU, per channel group
     cq = i_h * K + ok
@@ -118,11 +123,19 @@ def _gdn_decode_step_kernel(
     b_raw = tl.load(b_ptr + b64 * stride_bb + i_hv)
     beta = tl.sigmoid(b_raw.to(tl.float32)).to(b_raw.dtype).to(tl.float32)
 
+    if not EARLY_STATE:  # big tiles: keep the conv's registers and the tile's apart
+        if EVEN:
+            s = tl.load(ssm_ptr + s_off)
+        else:
+            s = tl.load(ssm_ptr + s_off, mask=mk[:, None] & mv[None, :], other=0.0)
     # delta rule on the tile
     s = s * tl.exp(g)
     delta = (v - tl.sum(s * k[:, None], 0)) * beta
     s = s + k[:, None] * delta[None, :]
-    tl.store(ssm_ptr + s_off, s, mask=mk[:, None] & mv[None, :])
+    if EVEN:
+        tl.store(ssm_ptr + s_off, s)
+    else:
+        tl.store(ssm_ptr + s_off, s, mask=mk[:, None] & mv[None, :])
     o = tl.sum(s * q[:, None], 0).to(X_DT).to(tl.float32)  # the unfused path rounds o before the norm
 
     o_base = o_ptr + (b64 * HV + i_hv) * V
@@ -183,6 +196,7 @@ def gdn_decode_step_triton(
     block_v: int | None = None,
     num_warps: int | None = None,
     out: torch.Tensor | None = None,
+    early_state: bool | None = None,
 ) -> torch.Tensor:
     """Same contract as ``gdn_decode_step_reference``; ``block_v``/``num_warps`` override the config,
     ``out`` [B, HV, V] contiguous receives o (else allocated)."""
@@ -209,6 +223,7 @@ def gdn_decode_step_triton(
     bv, warps = decode_step_config(batch)
     bk, bvf = max(16, triton.next_power_of_2(kd)), max(16, triton.next_power_of_2(vd))
     bv = min(block_v or bv, bvf)
+    early_state = bv < 128 if early_state is None else early_state
     ws = _workspace(mixed_qkv.device, batch * (h + hv))
     nw_dt = _TL_DTYPES[torch.promote_types(norm_weight.dtype, mixed_qkv.dtype)]
     _gdn_decode_step_kernel[(batch, hv, triton.cdiv(vd, bv))](
@@ -216,6 +231,6 @@ def gdn_decode_step_triton(
         conv_state, ssm_state, state_indices, out, ws, ws[batch * h :],
         mixed_qkv.stride(0), z.stride(0), z.stride(1), a.stride(0), b.stride(0), eps, kd**-0.5,
         H=h, HV=hv, G=hv // h, K=kd, V=vd, W=width, BK=bk, BV=bv, BVF=bvf, NV=triton.cdiv(vd, bv),
-        NW_DT=nw_dt, num_warps=num_warps or warps,
+        NW_DT=nw_dt, EARLY_STATE=early_state, num_warps=num_warps or warps,
     )  # fmt: skip
     return out
