@@ -10,6 +10,7 @@ import asyncio
 import atexit
 import functools
 import shutil
+import signal
 import socket
 import tempfile
 import threading
@@ -19,11 +20,12 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import uvicorn
 from prometheus_client.parser import text_string_to_metric_families
 
 from hyserve.engine.llm_engine import EngineArgs, LLMEngine
-from hyserve.server import ServerConfig, build_app
+from hyserve.server import ServerConfig
+from hyserve.server.api import build_app
+from hyserve.server.draining import build_server
 from tokenizer_fixture import make_text_checkpoint
 
 MODEL_NAME = "tiny-qwen"
@@ -45,20 +47,23 @@ class BackgroundServer:
     def __init__(self, model_dir: Path, engine_kwargs: dict[str, Any] | None = None, **server_kwargs: Any):
         args = dict(device="cpu", dtype="float32", progress=False, max_model_len=MAX_MODEL_LEN)
         self.engine = LLMEngine(EngineArgs(model=str(model_dir), **(args | (engine_kwargs or {}))))
-        self.config = ServerConfig(served_model_names=(MODEL_NAME,), **server_kwargs)
+        self.config = ServerConfig(served_model_names=(MODEL_NAME,), access_log=False, **server_kwargs)
         self.app = build_app(self.engine, self.config)
         self.async_engine = self.app.state.ctx.engine
         self._sock = socket.socket()
         self._sock.bind(("127.0.0.1", 0))
         self.port = self._sock.getsockname()[1]
         self.url = f"http://127.0.0.1:{self.port}"
-        config = uvicorn.Config(self.app, log_level="warning", access_log=False, lifespan="on")
-        self._server = uvicorn.Server(config)
+        self._server = build_server(self.app, self.config, log_level="warning")
         self.loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._serve, name=f"test-server-{self.port}", daemon=True)
 
     def _serve(self) -> None:
         self.loop.run_until_complete(self._server.serve(sockets=[self._sock]))
+        # what the process exit does for ``hyserve serve``: drop connections a cut-off request left open
+        for connection in list(self._server.server_state.connections):
+            connection.transport.close()
+        self.loop.run_until_complete(asyncio.sleep(0))
 
     def __enter__(self) -> BackgroundServer:
         self._thread.start()
@@ -74,6 +79,14 @@ class BackgroundServer:
         self._thread.join(30)
         self.loop.close()
         self._sock.close()
+
+    def terminate(self) -> None:
+        """What SIGTERM does to ``hyserve serve`` (signals reach only the main thread, so call it)."""
+        self._server.handle_exit(signal.SIGTERM, None)
+
+    @property
+    def exited(self) -> bool:
+        return not self._thread.is_alive()
 
     def in_loop(self, fn: Callable[[], Any]) -> Any:
         """Run ``fn`` on the server's event loop (where its asyncio state lives) and return its result."""

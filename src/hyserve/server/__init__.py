@@ -1,7 +1,6 @@
-"""The OpenAI-compatible HTTP server (``hyserve serve``)."""
+"""The OpenAI-compatible HTTP server (``hyserve serve``); the app itself is ``hyserve.server.api``."""
 
-from hyserve.server.api import build_app
 from hyserve.server.config import ServerConfig
 from hyserve.server.launcher import add_serve_arguments, run_server
 
-__all__ = ["ServerConfig", "add_serve_arguments", "build_app", "run_server"]
+__all__ = ["ServerConfig", "add_serve_arguments", "run_server"]

@@ -69,10 +69,6 @@ class RequestGroup:
         self._event = asyncio.Event()
 
     @property
-    def finished(self) -> bool:
-        return not self._unfinished and not self._pending
-
-    @property
     def unfinished(self) -> set[str]:
         return set(self._unfinished)
 
@@ -93,17 +89,19 @@ class RequestGroup:
         self._unfinished.discard(request_id)
 
     async def next(self) -> list[RequestOutput]:
-        """The outputs that changed since the last call (newest of each). Raises ``EngineError``."""
-        while not self._pending and self._error is None:
+        """The outputs that changed since the last call (the newest of each); [] once every request has
+        finished. Raises ``EngineError`` if one of them failed."""
+        while True:
+            if self._error is not None:
+                raise self._error
+            if self._pending:
+                outs = list(self._pending.values())
+                self._pending.clear()
+                return outs
             if not self._unfinished:
                 return []
             await self._event.wait()
             self._event.clear()
-        if self._error is not None:
-            raise self._error
-        outs = list(self._pending.values())
-        self._pending.clear()
-        return outs
 
 
 class AsyncEngine:

@@ -127,8 +127,8 @@ class _Job:
             yield self._chunk(ChatChunkChoice(index=i, delta=DeltaMessage(role="assistant", content="")))
         chars, tokens, done = [0] * n, [0] * n, [False] * n
         try:
-            while not group.finished:
-                for out in await group.next():
+            while outs := await group.next():
+                for out in outs:
                     for c in out.outputs:
                         i = c.index
                         if done[i]:

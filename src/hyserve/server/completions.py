@@ -131,8 +131,8 @@ class _Job:
         offsets: dict[int, int] = {}  # choice -> text offset of the next token
         done: set[int] = set()
         try:
-            while not group.finished:
-                for out in await group.next():
+            while outs := await group.next():
+                for out in outs:
                     p = prompt_of[out.request_id]
                     for c in out.outputs:
                         i = p * n + c.index

@@ -7,6 +7,7 @@ would lose the message. The ``type`` names follow OpenAI for 4xx request errors 
 from __future__ import annotations
 
 import logging
+import re
 from http import HTTPStatus
 
 from fastapi import FastAPI, Request
@@ -25,6 +26,11 @@ _TYPES = {
     500: "InternalServerError",
     503: "ServiceUnavailableError",
 }
+
+
+# pydantic names the member of a union that failed inside the location ("prompt.list[int].0"); clients
+# think in fields, so those parts are dropped
+_UNION_MEMBER = re.compile(r"^(str|int|float|bool|none|list|dict)$|\[")
 
 
 class APIError(Exception):
@@ -54,7 +60,8 @@ def _validation_message(exc: RequestValidationError) -> tuple[str, str | None]:
         return f"the body is not valid JSON: {reason}", None
     parts, first = [], None
     for err in errors[:3]:
-        where = ".".join(str(x) for x in err.get("loc", ()) if x != "body")
+        loc = err.get("loc", ())
+        where = ".".join(str(x) for x in loc if x != "body" and not _UNION_MEMBER.search(str(x)))
         first = first or where or None
         msg = str(err.get("msg", "invalid value")).removeprefix("Value error, ")
         if not where and err.get("type") == "model_attributes_type":

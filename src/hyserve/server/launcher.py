@@ -1,23 +1,17 @@
-"""``hyserve serve``: flags, start-up and a shutdown that drains running requests."""
+"""``hyserve serve``: its flags and start-up.
+
+The engine, FastAPI and uvicorn are imported by ``run_server`` only: the CLI builds every subcommand's
+parser (and so imports this module) whatever command runs.
+"""
 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import ipaddress
 import logging
 import os
-import signal
-import threading
-from collections.abc import Callable, Iterator
 from pathlib import Path
-from types import FrameType
 
-import uvicorn
-
-from hyserve.engine.args import engine_args_from
-from hyserve.engine.llm_engine import LLMEngine
-from hyserve.server.api import build_app
 from hyserve.server.config import ServerConfig
 
 log = logging.getLogger(__name__)
@@ -78,43 +72,6 @@ def server_config_from(ns: argparse.Namespace) -> ServerConfig:
     )
 
 
-class DrainingServer(uvicorn.Server):
-    """uvicorn with a drain that exits cleanly.
-
-    On SIGTERM (or Ctrl-C) uvicorn stops listening and waits up to ``timeout_graceful_shutdown`` for open
-    responses to finish, which is the drain we want; ``on_signal`` additionally makes requests arriving on
-    open keep-alive connections get 503. uvicorn then re-raises the signal so the process dies of it
-    (exit status 143); a drained shutdown is a normal exit here, so the signal is not re-raised.
-    """
-
-    def __init__(self, config: uvicorn.Config, on_signal: Callable[[], None]) -> None:
-        super().__init__(config)
-        self._on_signal = on_signal
-
-    @contextlib.contextmanager
-    def capture_signals(self) -> Iterator[None]:
-        if threading.current_thread() is not threading.main_thread():
-            yield
-            return
-        handled = (signal.SIGINT, signal.SIGTERM)
-        originals = {sig: signal.signal(sig, self.handle_exit) for sig in handled}
-        try:
-            yield
-        finally:
-            for sig, handler in originals.items():
-                signal.signal(sig, handler)
-
-    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
-        if not self.should_exit:
-            log.info(
-                "signal %d: refusing new requests, letting running ones finish (up to %.0f s)",
-                sig,
-                self.config.timeout_graceful_shutdown or 0,
-            )
-        self._on_signal()
-        super().handle_exit(sig, frame)
-
-
 def _is_loopback(host: str) -> bool:
     try:
         return ipaddress.ip_address(host).is_loopback
@@ -124,6 +81,11 @@ def _is_loopback(host: str) -> bool:
 
 def run_server(ns: argparse.Namespace) -> int:
     """Load the model, serve until SIGTERM/SIGINT, drain, exit 0. Bad flags raise ``ValueError``."""
+    from hyserve.engine.args import engine_args_from
+    from hyserve.engine.llm_engine import LLMEngine
+    from hyserve.server.api import build_app
+    from hyserve.server.draining import build_server
+
     if not Path(ns.model).is_dir():
         raise ValueError(f"model folder {ns.model} does not exist")
     config = server_config_from(ns)
@@ -138,20 +100,6 @@ def run_server(ns: argparse.Namespace) -> int:
         config.host,
         config.port,
     )
-    uv_config = uvicorn.Config(
-        app,
-        host=config.host,
-        port=config.port,
-        log_config=None,
-        log_level=getattr(ns, "log_level", "INFO").lower(),
-        access_log=config.access_log,
-        timeout_graceful_shutdown=config.shutdown_timeout,
-        lifespan="on",
-    )
-
-    def drain() -> None:
-        app.state.ctx.draining = True
-
-    server = DrainingServer(uv_config, on_signal=drain)
+    server = build_server(app, config, getattr(ns, "log_level", "INFO").lower())
     server.run()
     return 0 if server.started else 1

@@ -108,10 +108,8 @@ async def final_outputs(group: RequestGroup) -> dict[str, RequestOutput]:
     """Wait for every request of the group to finish; raises ``APIError`` when one fails."""
     finals: dict[str, RequestOutput] = {}
     try:
-        while not group.finished:
-            for out in await group.next():
-                if out.finished:
-                    finals[out.request_id] = out
+        while outs := await group.next():
+            finals.update((out.request_id, out) for out in outs if out.finished)
     except EngineError as e:
         raise APIError(e.status, e.message) from e
     return finals
