@@ -6,6 +6,7 @@ of the layer: gate_up is E x N=2I x K=H, down is E x N=H x K=I). The file maps a
 
     {"block_m": 16,                 # rows per expert block: shared by the routing, gate_up and down
      "down_mode": "reduce",         # "reduce" (decode kernel, T <= 128) or "scatter" (prefill kernels)
+     "fused_router": true,          # optional: router GEMV fused into the routing kernel (T*k <= 1024)
      "gate_up": {"BLOCK_I": 16, "BLOCK_K": 256, "num_warps": 4, "num_stages": 4},
      "down": {"BLOCK_H": 16, "BLOCK_K": 128, "num_warps": 4, "num_stages": 4}}
 
@@ -49,6 +50,7 @@ def default_plan(T: int, E: int, H: int, inter: int, top_k: int) -> dict:
         plan = {
             "block_m": 16,
             "down_mode": "reduce",
+            "fused_router": True,
             "gate_up": {
                 "BLOCK_I": 16 if T <= 8 else 32,
                 "BLOCK_K": 256 if T <= 8 else 128,

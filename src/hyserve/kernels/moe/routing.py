@@ -36,7 +36,7 @@ import triton.language as tl
 
 from hyserve.kernels.moe.workspace import empty, launch
 
-SMALL_PAIRS = 1024  # largest TP*KP the single-program path takes
+SMALL_PAIRS = 512  # largest TP*KP the single-program path takes (T <= 64 at k = 8)
 RANK_CHUNK = tl.constexpr(128)  # rows of the [RANK_CHUNK, P] key comparison done at once
 _BIG = tl.constexpr(2**31 - 1)
 
@@ -99,16 +99,17 @@ def _write_blocks(
 
 
 @triton.jit
-def _route_small_kernel(
-    logits_ptr,
-    stride_lt,
+def _group_small(
+    logits,
+    rows,
+    cols,
+    T,
+    E,
+    MAXB,
     ids_ptr,
     w_ptr,
     sorted_ptr,
     meta_ptr,
-    T,
-    E,
-    MAXB,
     K: tl.constexpr,
     KP: tl.constexpr,
     TP: tl.constexpr,
@@ -117,19 +118,10 @@ def _route_small_kernel(
     ROUND: tl.constexpr,
     HAS_SHARED: tl.constexpr,
 ):
-    """Grid (1,): route T <= TP tokens and group their T*K pairs by expert (decode path)."""
-    rows = tl.arange(0, TP)
-    cols = tl.arange(0, EP)
+    """One program: top-k of the [TP, EP] logits (fp32, -inf past E), then the expert grouping."""
     kc = tl.arange(0, KP)
-    rmask = rows < T
-    logits = tl.load(
-        logits_ptr + rows[:, None] * stride_lt + cols[None, :],
-        mask=rmask[:, None] & (cols[None, :] < E),
-        other=0.0,
-    ).to(tl.float32)
-    logits = tl.where(cols[None, :] < E, logits, float("-inf"))
     ids, w = _softmax_topk(logits, cols, E, K, KP, ROUND)
-    valid = rmask[:, None] & (kc[None, :] < K)
+    valid = (rows < T)[:, None] & (kc[None, :] < K)
     pair = rows[:, None] * K + kc[None, :]
     tl.store(ids_ptr + pair, ids, mask=valid)
     tl.store(w_ptr + pair, w, mask=valid)
@@ -154,6 +146,145 @@ def _route_small_kernel(
     counts = tl.histogram(tl.reshape(tl.where(valid, ids, 0), [P]), EP)
     counts = counts - tl.where(cols == 0, P - N, 0)  # the invalid entries all went to bin 0
     _write_blocks(meta_ptr, counts, cols, E, T, N, MAXB, (TP + BLOCK_M - 1) // BLOCK_M, BLOCK_M, HAS_SHARED)
+
+
+@triton.jit
+def _route_small_kernel(
+    logits_ptr,
+    stride_lt,
+    ids_ptr,
+    w_ptr,
+    sorted_ptr,
+    meta_ptr,
+    T,
+    E,
+    MAXB,
+    K: tl.constexpr,
+    KP: tl.constexpr,
+    TP: tl.constexpr,
+    EP: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    ROUND: tl.constexpr,
+    HAS_SHARED: tl.constexpr,
+):
+    """Grid (1,): route T <= TP tokens and group their T*K pairs by expert (decode path)."""
+    rows = tl.arange(0, TP)
+    cols = tl.arange(0, EP)
+    logits = tl.load(
+        logits_ptr + rows[:, None] * stride_lt + cols[None, :],
+        mask=(rows < T)[:, None] & (cols[None, :] < E),
+        other=0.0,
+    ).to(tl.float32)
+    logits = tl.where(cols[None, :] < E, logits, float("-inf"))
+    _group_small(
+        logits,
+        rows,
+        cols,
+        T,
+        E,
+        MAXB,
+        ids_ptr,
+        w_ptr,
+        sorted_ptr,
+        meta_ptr,
+        K,
+        KP,
+        TP,
+        EP,
+        BLOCK_M,
+        ROUND,
+        HAS_SHARED,
+    )
+
+
+@triton.jit
+def _router_route_kernel(
+    x_ptr,
+    stride_xt,
+    gw_ptr,
+    stride_ge,
+    scratch_ptr,
+    counter_ptr,
+    ids_ptr,
+    w_ptr,
+    sorted_ptr,
+    meta_ptr,
+    T,
+    E,
+    H,
+    MAXB,
+    K: tl.constexpr,
+    KP: tl.constexpr,
+    TP: tl.constexpr,
+    EP: tl.constexpr,
+    BE: tl.constexpr,
+    BK: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    ROUND: tl.constexpr,
+    HAS_SHARED: tl.constexpr,
+    USE_DOT: tl.constexpr,
+    DOT_PREC: tl.constexpr,
+):
+    """Grid (cdiv(E, BE),): the router GEMV fused with the small routing (decode, one launch).
+
+    Program p computes the logits of experts [p*BE, (p+1)*BE) for all T tokens (fp32 accumulation,
+    rounded through x's dtype like ``F.linear``) into ``scratch [TP, EP]`` fp32, then takes a ticket
+    from ``counter`` (acq_rel atomic, after a CTA barrier: the classic last-block reduction); the
+    program that draws the last ticket sees every logit, routes and groups, and resets the counter
+    to 0 for the next launch (CUDA-graph replays included). The result does not depend on which
+    program finishes last. The counter is per (device, stream), so concurrent streams cannot mix."""
+    pid = tl.program_id(0)
+    rows = tl.arange(0, TP)
+    rmask = rows < T
+    ee = pid * BE + tl.arange(0, BE)
+    emask = ee < E
+    kk = tl.arange(0, BK)
+    x_rows = x_ptr + rows.to(tl.int64) * stride_xt
+    g_rows = gw_ptr + ee.to(tl.int64) * stride_ge
+    acc = tl.zeros((TP, BE), dtype=tl.float32)
+    for k0 in range(0, H, BK):
+        k = k0 + kk
+        km = k < H
+        xt = tl.load(x_rows[:, None] + k[None, :], mask=rmask[:, None] & km[None, :], other=0.0)
+        if USE_DOT:
+            wt = tl.load(g_rows[None, :] + k[:, None], mask=km[:, None] & emask[None, :], other=0.0)
+            acc = tl.dot(xt, wt, acc, input_precision=DOT_PREC)
+        else:
+            wt = tl.load(g_rows[:, None] + k[None, :], mask=emask[:, None] & km[None, :], other=0.0)
+            acc += tl.sum(xt.to(tl.float32)[:, None, :] * wt.to(tl.float32)[None, :, :], axis=2)
+    acc = acc.to(x_ptr.dtype.element_ty).to(tl.float32)
+    tl.store(scratch_ptr + rows[:, None] * EP + ee[None, :], acc, mask=rmask[:, None] & emask[None, :])
+    tl.debug_barrier()
+    ticket = tl.atomic_add(counter_ptr, 1, sem="acq_rel", scope="gpu")
+    if ticket == tl.num_programs(0) - 1:
+        cols = tl.arange(0, EP)
+        logits = tl.load(
+            scratch_ptr + rows[:, None] * EP + cols[None, :],
+            mask=rmask[:, None] & (cols[None, :] < E),
+            other=0.0,
+            cache_modifier=".cg",
+        )
+        logits = tl.where(cols[None, :] < E, logits, float("-inf"))
+        _group_small(
+            logits,
+            rows,
+            cols,
+            T,
+            E,
+            MAXB,
+            ids_ptr,
+            w_ptr,
+            sorted_ptr,
+            meta_ptr,
+            K,
+            KP,
+            TP,
+            EP,
+            BLOCK_M,
+            ROUND,
+            HAS_SHARED,
+        )
+        tl.store(counter_ptr, 0)
 
 
 @triton.jit
@@ -317,6 +448,82 @@ def route_topk(
     return ids, w
 
 
+_COUNTERS: dict[tuple, torch.Tensor] = {}
+
+
+def _counter(device: torch.device) -> torch.Tensor:
+    """The fused router's ticket counter (0 between launches), one per (device, stream)."""
+    stream = torch.cuda.current_stream(device).cuda_stream if device.type == "cuda" else 0
+    key = (str(device), stream)
+    c = _COUNTERS.get(key)
+    if c is None:
+        c = torch.zeros(1, dtype=torch.int32, device=device)
+        _COUNTERS[key] = c
+    return c
+
+
+def small_routing(T: int, E: int, top_k: int) -> bool:
+    """Whether T tokens take the single-program routing (and may take the fused router)."""
+    return triton.next_power_of_2(T) * triton.next_power_of_2(top_k) <= SMALL_PAIRS and E <= 1024
+
+
+def route_and_align_fused(
+    x: torch.Tensor, gate_weight: torch.Tensor, top_k: int, block_m: int, with_shared: bool
+) -> Routing:
+    """Router GEMV + routing + grouping in one launch (``_router_route_kernel``); needs small_routing."""
+    T, H = x.shape
+    E = gate_weight.shape[0]
+    dev = x.device
+    assert small_routing(T, E, top_k) and x.stride(1) == 1 and gate_weight.stride(1) == 1
+    EP = triton.next_power_of_2(E)
+    KP = triton.next_power_of_2(top_k)
+    TP = triton.next_power_of_2(T)
+    use_dot = TP >= 16
+    if use_dot:
+        be, bk = 16, 128
+    else:
+        be = 8
+        bk = max(64, 8192 // (TP * be))
+    n = T * top_k
+    mb = max_blocks(T, E, top_k, block_m, with_shared)
+    ids = empty((T, top_k), torch.int32, dev)
+    w = empty((T, top_k), torch.float32, dev)
+    sorted_pairs = empty((n,), torch.int32, dev)
+    meta = empty((3 * mb + 1,), torch.int32, dev)
+    scratch = empty((TP, EP), torch.float32, dev)
+    launch(
+        _router_route_kernel,
+        (triton.cdiv(E, be),),
+        x,
+        x.stride(0),
+        gate_weight,
+        gate_weight.stride(0),
+        scratch,
+        _counter(dev),
+        ids,
+        w,
+        sorted_pairs,
+        meta,
+        T,
+        E,
+        H,
+        mb,
+        K=top_k,
+        KP=KP,
+        TP=TP,
+        EP=EP,
+        BE=be,
+        BK=bk,
+        BLOCK_M=block_m,
+        ROUND=_round_code(x.dtype),
+        HAS_SHARED=with_shared,
+        USE_DOT=use_dot,
+        DOT_PREC="ieee" if x.dtype == torch.float32 else "tf32",
+        num_warps=8 if TP * EP >= 4096 else 4,
+    )
+    return Routing(ids, w, sorted_pairs, meta, mb, block_m)
+
+
 def route_and_align(
     logits: torch.Tensor,
     top_k: int,
@@ -339,7 +546,7 @@ def route_and_align(
     sorted_pairs = empty((n,), torch.int32, dev)
     meta = empty((3 * mb + 1,), torch.int32, dev)
     rnd = _round_code(weight_dtype)
-    if TP * KP <= SMALL_PAIRS and not force_large:
+    if small_routing(T, E, top_k) and not force_large:
         launch(
             _route_small_kernel,
             (1,),

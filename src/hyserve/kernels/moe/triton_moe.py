@@ -3,14 +3,15 @@
 Pipeline per call (T tokens, k slots, E experts, the shared expert as "expert E"):
 
 1. router logits ``F.linear(x, gate_weight)`` (cuBLAS, like the reference);
-2. ``routing.route_and_align``: softmax/top-k/renormalise + expert grouping (one kernel for T*k <= 1024,
-   three above);
+2. ``routing.route_and_align``: softmax/top-k/renormalise + expert grouping (one kernel while next_pow2(T) * next_pow2(k) <= 512,
+   three above); with ``plan["fused_router"]`` (decode) steps 1-2 are one kernel
+   (``route_and_align_fused``: the router GEMV spread over E/BE programs, the last one routes);
 3. ``triton_gate_up.gate_up``: h = w * silu(x W_g^T) * (x W_u^T) per routing row;
 4. down + weighted sum: ``triton_decode.down_reduce`` (one kernel, T <= 128: each program owns an H
    slice of all tokens and streams every touched expert's down weights once) or
    ``triton_prefill.down_scatter_sum`` (grouped GEMM writing per-pair rows, then a k+1-row sum).
 
-4 launches at decode, no host syncs (CUDA-graph safe), deterministic (no atomics). Tile plans come from
+3 launches at decode (4 without the fused router), no host syncs (CUDA-graph safe), deterministic (no atomics). Tile plans come from
 ``configs.get_plan`` (JSON per shape, by token bucket). T above PREFILL_CHUNK runs in chunks to bound
 the [T*(k+1), H] intermediate of the prefill path.
 """
@@ -22,7 +23,7 @@ import torch.nn.functional as F
 
 from hyserve.kernels.activation.reference import silu_and_mul_reference
 from hyserve.kernels.moe.configs import get_plan
-from hyserve.kernels.moe.routing import route_and_align
+from hyserve.kernels.moe.routing import route_and_align, route_and_align_fused, small_routing
 from hyserve.kernels.moe.triton_decode import MAX_REDUCE_TOKENS, down_reduce
 from hyserve.kernels.moe.triton_gate_up import gate_up
 from hyserve.kernels.moe.triton_prefill import down_scatter_sum
@@ -79,8 +80,11 @@ def fused_moe_triton(
     if not reduce and bm < 16:
         raise ValueError("block_m < 16 (GEMV variants) needs down_mode 'reduce' and T <= 128")
 
-    logits = F.linear(x, gate_weight)
-    rt = route_and_align(logits, top_k, bm, fuse_shared, x.dtype, force_large=force_large_routing)
+    if plan.get("fused_router") and small_routing(T, E, top_k) and not force_large_routing:
+        rt = route_and_align_fused(x, gate_weight, top_k, bm, fuse_shared)
+    else:
+        logits = F.linear(x, gate_weight)
+        rt = route_and_align(logits, top_k, bm, fuse_shared, x.dtype, force_large=force_large_routing)
     h = gate_up(
         x,
         w_gate_up,

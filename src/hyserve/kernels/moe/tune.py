@@ -4,7 +4,7 @@
 
 Per token bucket T in {1, 2, 4, ..., 8192}: for each candidate block_m (GEMV block_m = T for T <= 8,
 16 for decode, ~tokens-per-expert for prefill) the routing is computed once, then every gate_up config
-is timed, then every down config (the "reduce" decode kernel for T <= 128, the "scatter" prefill
+is timed (and the fused router kernel against cuBLAS + the routing kernel), then every down config (the "reduce" decode kernel for T <= 128, the "scatter" prefill
 kernels for block_m >= 16, T >= 16) on the best gate_up's output; the plan with the least
 gate_up + down time wins. Timing: each launch captured in a CUDA graph, ``triton.testing.do_bench``
 median with the L2 flushed between replays (weights are never L2-resident in a real forward).
@@ -118,9 +118,11 @@ def make_x(T: int, init: bool) -> torch.Tensor:
     return torch.empty(T, H, dtype=torch.bfloat16, device="cuda")
 
 
-def route(layer: dict, x: torch.Tensor, bm: int):
-    from hyserve.kernels.moe.routing import route_and_align
+def route(layer: dict, x: torch.Tensor, bm: int, fused: bool = False):
+    from hyserve.kernels.moe.routing import route_and_align, route_and_align_fused
 
+    if fused:
+        return route_and_align_fused(x, layer["gate_weight"], TOP_K, bm, True)
     return route_and_align(F.linear(x, layer["gate_weight"]), TOP_K, bm, True, x.dtype)
 
 
@@ -163,7 +165,9 @@ def _compile_worker(specs: list[tuple[int, int, str, dict]]) -> tuple[int, list[
             x = make_x(T, init=False)
             rt = route(layer, x, bm)
             h = torch.empty(T * TOP_K + T, I, dtype=x.dtype, device="cuda")
-            if kind == "gate_up":
+            if kind == "router":
+                route(layer, x, bm, fused=True)
+            elif kind == "gate_up":
                 run_gate_up(layer, x, rt, bm, cfg)
             else:
                 run_down(kind, layer, h, rt, bm, T, cfg)
@@ -182,6 +186,12 @@ def precompile(tokens: tuple[int, ...], quick: bool, jobs: int) -> None:
             for kind, cfgs in candidates(T, bm, quick).items():
                 for cfg in cfgs:
                     groups.setdefault((bm, kind, tuple(sorted(cfg.items()))), []).append((T, bm, kind, cfg))
+    from hyserve.kernels.moe.routing import small_routing
+
+    for T in tokens:
+        if small_routing(T, E, TOP_K):
+            for bm in block_ms(T):
+                groups[("router", T, bm)] = [(T, bm, "router", {})]
     ordered = sorted(groups.values(), key=len, reverse=True)
     specs = [s for g in ordered for s in g]
     t0 = time.time()
@@ -220,12 +230,22 @@ def time_graph(fn) -> float:
 
 
 def tune(tokens: tuple[int, ...], quick: bool) -> tuple[dict, dict]:
+    from hyserve.kernels.moe.routing import small_routing
+
     layer = make_inputs(init=True)
     buckets, timings = {}, {}
     for T in tokens:
         x = make_x(T, init=True)
         best = None
         t_route = time_graph(lambda x=x: route(layer, x, 16))
+        fused = small_routing(T, E, TOP_K)
+        t_fused = time_graph(lambda x=x: route(layer, x, 16, fused=True)) if fused else float("inf")
+        use_fused = t_fused < t_route
+        print(
+            f"T={T:5d} routing: cuBLAS router + routing {t_route * 1e3:.1f}us, fused {t_fused * 1e3:.1f}us",
+            flush=True,
+        )
+        t_route = min(t_route, t_fused)
         for bm in block_ms(T):
             rt = route(layer, x, bm)
             cands = candidates(T, bm, quick)
@@ -256,7 +276,13 @@ def tune(tokens: tuple[int, ...], quick: bool) -> tuple[dict, dict]:
                 if best is None or total < best[0]:
                     best = (
                         total,
-                        {"block_m": bm, "down_mode": kind, "gate_up": gu_cfg, "down": dn_cfg},
+                        {
+                            "block_m": bm,
+                            "down_mode": kind,
+                            "fused_router": use_fused,
+                            "gate_up": gu_cfg,
+                            "down": dn_cfg,
+                        },
                         {"route_us": t_route * 1e3, "gate_up_us": gu_ms * 1e3, "down_us": dn_ms * 1e3},
                     )
         if best is None:
