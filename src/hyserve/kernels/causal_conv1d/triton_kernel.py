@@ -75,7 +75,9 @@ def _conv_prefill_kernel(
             pos = end - (W - 1) + r
             # (scalar conditions folded into column bounds: vector & scalar masks trip the interpreter)
             xr = tl.load(
-                x_ptr + pos.to(tl.int64) * stride_xt + cols, mask=cols < tl.where(pos >= start, D, 0), other=0.0
+                x_ptr + pos.to(tl.int64) * stride_xt + cols,
+                mask=cols < tl.where(pos >= start, D, 0),
+                other=0.0,
             )
             old = length + r  # old-state row feeding new row r when pos < start (old > r: not yet written)
             h_cols = tl.where((pos < start) & (old < n_hist), D, 0)
