@@ -12,7 +12,10 @@ import torch
 from transformers import AutoTokenizer
 
 from checkpoints import load_reference
+from hyserve.config import ModelConfig
+from hyserve.engine.runner import cache_bytes
 from server_harness import MODEL_NAME, BackgroundServer, text_checkpoint
+from tokenizer_fixture import TOKENIZER_SIZE
 
 PROMPTS = ["Hello, world!", "The quick brown fox", "Once upon a time there was", "1234 + 56.78 ="]
 TOL = 1e-4
@@ -359,3 +362,38 @@ def test_models_health_and_metrics(server, client):
         assert name in metrics, name
     assert metrics["hyserve:prompt_tokens_total"] > 0 and metrics["hyserve:generation_tokens_total"] > 0
     assert 0.0 <= metrics["hyserve:kv_cache_usage_perc"] <= 1.0
+
+
+def test_echo_scoring_survives_preemption_and_chunked_prefill(reference):
+    """A KV cache too small for the three sequences at once, and prompts prefilled in chunks: running
+    sequences get preempted and recomputed from their prompts, yet each prompt token is scored exactly
+    once and every number matches transformers."""
+    path = text_checkpoint()
+    block_bytes, _ = cache_bytes(ModelConfig.from_pretrained(path), 16, torch.float32)
+    # 16 blocks of 16 tokens: room for two of the three 90-token sequences
+    engine = dict(kv_cache_memory_gb=16 * block_bytes / (1 << 30), max_num_batched_tokens=64)
+    gen = torch.Generator().manual_seed(5)
+    prompts = [torch.randint(0, TOKENIZER_SIZE, (60,), generator=gen).tolist() for _ in range(3)]
+    with BackgroundServer(path, engine_kwargs=engine) as server:
+        assert server.engine.cache_manager.config.num_blocks == 16
+        client = openai.OpenAI(base_url=f"{server.url}/v1", api_key="none", max_retries=0, timeout=120)
+        out = client.completions.create(
+            model=MODEL_NAME,
+            prompt=prompts,
+            max_tokens=30,
+            temperature=0,
+            logprobs=1,
+            echo=True,
+            extra_body={"ignore_eos": True},
+        )
+        assert server.metrics()["hyserve:num_preemptions_total"] > 0
+    for ids, choice in zip(prompts, out.choices):
+        lp = choice.logprobs
+        assert len(lp.token_logprobs) == len(ids) + 30
+        greedy = reference.greedy(ids, 30, stop_at_eos=False)
+        assert lp.tokens[len(ids) :] == [reference.tok.decode([t]) for t in greedy]
+        expected = reference.logprobs(ids + greedy)
+        targets = torch.tensor(ids[1:] + greedy)
+        want = expected[:-1].gather(1, targets[:, None])[:, 0]
+        assert lp.token_logprobs[0] is None
+        assert torch.allclose(torch.tensor(lp.token_logprobs[1:]), want, atol=TOL)

@@ -164,6 +164,7 @@ async def create_chat_completion(
 ) -> Response:
     arrival = time.monotonic()
     model = ctx.resolve_model(body.model)
+    ctx.note_ignored(body.model_extra)
     if body.top_logprobs is not None and not body.logprobs:
         raise APIError(400, "top_logprobs needs logprobs=true", "top_logprobs")
     token_ids = render_prompt(ctx, body)

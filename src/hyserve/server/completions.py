@@ -8,6 +8,7 @@ scored against, so its logprob is null): that is how lm-eval's ``local-completio
 from __future__ import annotations
 
 import time
+from collections import defaultdict
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
@@ -58,6 +59,17 @@ def _prompts(ctx: ServingContext, prompt: str | list) -> list[_Prompt]:
 
 
 @dataclass
+class _Sent:
+    """How much of one choice a stream has sent."""
+
+    started: bool = False
+    chars: int = 0  # characters of generated text
+    tokens: int = 0  # generated tokens
+    offset: int = 0  # text offset of the next token's logprob entry (characters)
+    done: bool = False
+
+
+@dataclass
 class _Job:
     """One completion request while it runs: what the answer needs besides the engine outputs."""
 
@@ -76,8 +88,7 @@ class _Job:
         return prompt.text
 
     def prompt_logprobs(self, p: int, out: RequestOutput) -> tuple[CompletionLogprobs, int]:
-        entries = out.prompt_logprobs or [None] * len(self.prompts[p].token_ids)
-        return completion_logprobs(self.prompts[p].token_ids, entries, self.ctx.texts, 0)
+        return completion_logprobs(self.prompts[p].token_ids, out.prompt_logprobs, self.ctx.texts, 0)
 
     def usage(self, completion_tokens: int) -> UsageInfo:
         prompt_tokens = sum(len(p.token_ids) for p in self.prompts)
@@ -96,9 +107,7 @@ class _Job:
             logprobs = CompletionLogprobs()
             if self.body.echo:
                 logprobs, offset = self.prompt_logprobs(p, out)
-            generated, _ = completion_logprobs(c.token_ids, c.logprobs or [], self.ctx.texts, offset)
-            for name in ("tokens", "token_logprobs", "top_logprobs", "text_offset"):
-                getattr(logprobs, name).extend(getattr(generated, name))
+            logprobs.extend(completion_logprobs(c.token_ids, c.logprobs, self.ctx.texts, offset)[0])
         return CompletionChoice(
             index=p * self.body.n + c.index,
             text=text,
@@ -124,68 +133,57 @@ class _Job:
 
     async def events(self, group: RequestGroup) -> AsyncIterator[str]:
         """Server-sent events: one chunk per choice and change, a finish chunk per choice, then usage."""
-        n = self.body.n
         prompt_of = {request_id: p for p, request_id in enumerate(group.request_ids)}
-        chars: dict[int, int] = {}  # choice -> characters of generated text sent
-        tokens: dict[int, int] = {}  # choice -> generated tokens sent
-        offsets: dict[int, int] = {}  # choice -> text offset of the next token
-        done: set[int] = set()
+        sent: dict[int, _Sent] = defaultdict(_Sent)  # by choice index
         try:
             while outs := await group.next():
                 for out in outs:
                     p = prompt_of[out.request_id]
                     for c in out.outputs:
-                        i = p * n + c.index
-                        if i in done:
-                            continue
-                        chunk = self._delta(p, out, c, i not in tokens, chars, tokens, offsets)
-                        if chunk is not None:
-                            yield sse(chunk, exclude={"usage"})
-                        if c.finish_reason is not None:
-                            done.add(i)
+                        i = p * self.body.n + c.index
+                        if not sent[i].done:
+                            chunk = self._delta(p, out, c, sent[i])
+                            if chunk is not None:
+                                yield sse(chunk, exclude={"usage"})
         except EngineError as e:
             yield sse_error(e)
             yield SSE_DONE
             return
         options = self.body.stream_options
         if options is not None and options.include_usage:
-            usage = self.usage(sum(tokens.values()))
-            yield sse(
-                CompletionResponse(
-                    id=self.id, created=self.created, model=self.model, choices=[], usage=usage
-                )
+            usage = self.usage(sum(s.tokens for s in sent.values()))
+            last = CompletionResponse(
+                id=self.id, created=self.created, model=self.model, choices=[], usage=usage
             )
+            yield sse(last)
         yield SSE_DONE
 
     def _delta(
-        self,
-        p: int,
-        out: RequestOutput,
-        c: CompletionOutput,
-        first: bool,
-        chars: dict[int, int],
-        tokens: dict[int, int],
-        offsets: dict[int, int],
+        self, p: int, out: RequestOutput, c: CompletionOutput, sent: _Sent
     ) -> CompletionResponse | None:
-        i = p * self.body.n + c.index
-        text = c.text[chars.get(i, 0) :]
-        new_ids = c.token_ids[tokens.get(i, 0) :]
+        """The chunk for what choice ``c`` has gained since ``sent`` (None: nothing to show yet)."""
+        first = not sent.started
+        text = (self.prompt_text(p) if self.body.echo and first else "") + c.text[sent.chars :]
         logprobs = None
-        if self.body.echo and first:
-            text = self.prompt_text(p) + text
         if self.body.logprobs is not None:
-            logprobs, offsets[i] = CompletionLogprobs(), offsets.get(i, 0)
+            logprobs = CompletionLogprobs()
             if self.body.echo and first:
-                logprobs, offsets[i] = self.prompt_logprobs(p, out)
-            entries = (c.logprobs or [])[tokens.get(i, 0) :]
-            generated, offsets[i] = completion_logprobs(new_ids, entries, self.ctx.texts, offsets[i])
-            for name in ("tokens", "token_logprobs", "top_logprobs", "text_offset"):
-                getattr(logprobs, name).extend(getattr(generated, name))
-        chars[i], tokens[i] = len(c.text), len(c.token_ids)
-        if not text and c.finish_reason is None and (logprobs is None or not logprobs.tokens):
+                logprobs, sent.offset = self.prompt_logprobs(p, out)
+            entries = c.logprobs[sent.tokens :]
+            generated, sent.offset = completion_logprobs(
+                c.token_ids[sent.tokens :], entries, self.ctx.texts, sent.offset
+            )
+            logprobs.extend(generated)
+        sent.started, sent.chars, sent.tokens = True, len(c.text), len(c.token_ids)
+        sent.done = c.finish_reason is not None
+        if not text and not sent.done and (logprobs is None or not logprobs.tokens):
             return None
         choice = CompletionChoice(
-            index=i, text=text, logprobs=logprobs, finish_reason=c.finish_reason, stop_reason=c.stop_reason
+            index=p * self.body.n + c.index,
+            text=text,
+            logprobs=logprobs,
+            finish_reason=c.finish_reason,
+            stop_reason=c.stop_reason,
         )
         return CompletionResponse(id=self.id, created=self.created, model=self.model, choices=[choice])
 
@@ -193,6 +191,7 @@ class _Job:
 async def create_completion(ctx: ServingContext, body: CompletionRequest, request: Request) -> Response:
     arrival = time.monotonic()
     model = ctx.resolve_model(body.model)
+    ctx.note_ignored(body.model_extra)
     if body.suffix is not None:
         raise APIError(400, "suffix is not supported", "suffix")
     if body.best_of is not None and body.best_of != body.n:

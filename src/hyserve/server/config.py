@@ -20,8 +20,8 @@ class ServerConfig:
     def __post_init__(self) -> None:
         if not self.served_model_names or not all(self.served_model_names):
             raise ValueError("at least one non-empty served model name is needed")
-        if self.max_queue < 0:
-            raise ValueError(f"--max-queue must be >= 0, got {self.max_queue}")
+        if self.max_queue < 1:
+            raise ValueError(f"--max-queue must be >= 1, got {self.max_queue}")
         if self.shutdown_timeout < 0:
             raise ValueError(f"--shutdown-timeout must be >= 0, got {self.shutdown_timeout}")
         if self.max_body_bytes < 1:

@@ -65,6 +65,9 @@ class ServerMetrics:
         self._model_name = model_name
         self.aborted = counter("hyserve:request_abort", "Requests aborted (client gone or shutdown).")
         self.failed = counter("hyserve:request_failure", "Requests failed by an engine error.")
+        self.preemptions = counter(
+            "hyserve:num_preemptions", "Times a sequence lost its cache to make room and was recomputed."
+        )
         self.ttft = histogram(
             "hyserve:time_to_first_token_seconds", "Arrival to first token, seconds.", _TTFT_BUCKETS
         )
@@ -90,6 +93,7 @@ class ServerMetrics:
         """Latencies and the finish reason of a request that has just finished normally."""
         m = out.metrics
         self._success.labels(self._model_name, out.outputs[0].finish_reason or "stop").inc()
+        self.preemptions.inc(out.num_preemptions)
         if m.finished_time is not None:
             self.e2e.observe(max(0.0, m.finished_time - m.arrival_time))
         longest = max(len(c.token_ids) for c in out.outputs)

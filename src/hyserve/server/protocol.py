@@ -159,6 +159,13 @@ class CompletionLogprobs(BaseModel):
     top_logprobs: list[dict[str, float] | None] = Field(default_factory=list)
     text_offset: list[int] = Field(default_factory=list)  # characters from the start of the choice's text
 
+    def extend(self, more: CompletionLogprobs) -> CompletionLogprobs:
+        self.tokens += more.tokens
+        self.token_logprobs += more.token_logprobs
+        self.top_logprobs += more.top_logprobs
+        self.text_offset += more.text_offset
+        return self
+
 
 class CompletionChoice(BaseModel):
     index: int

@@ -40,9 +40,17 @@ class ServingContext:
     sampling_defaults: dict[str, float]
     texts: TokenTexts = field(init=False)
     draining: bool = False  # set on SIGTERM: running requests finish, new ones get 503
+    _ignored: set[str] = field(default_factory=set)  # unknown request fields already logged
 
     def __post_init__(self) -> None:
         self.texts = TokenTexts(self.tokenizer)
+
+    def note_ignored(self, fields: dict[str, Any] | None) -> None:
+        """Log request fields this server does not know, once per name (clients send many optional ones)."""
+        new = set(fields or ()) - self._ignored
+        if new:
+            self._ignored |= new
+            log.warning("ignoring request fields this server does not know: %s", ", ".join(sorted(new)))
 
     def resolve_model(self, name: str | None) -> str:
         """The name to answer with; 404 for a model this server does not serve."""
@@ -74,6 +82,10 @@ class ServingContext:
                 raise APIError(400, str(e), param) from e
         if self.draining:
             raise APIError(503, "the server is shutting down")
+        if len(prompts) > self.config.max_queue:
+            raise APIError(
+                400, f"{len(prompts)} prompts in one request; at most {self.config.max_queue}", param
+            )
         if self.engine.num_waiting + len(prompts) > self.config.max_queue:
             raise APIError(
                 503, f"the server is at capacity ({self.config.max_queue} waiting requests); retry later"
