@@ -57,7 +57,7 @@ def default_plan(T: int, E: int, H: int, inter: int, top_k: int) -> dict:
                 "num_warps": 4,
                 "num_stages": 4,
             },
-            "down": {"BLOCK_H": 16, "BLOCK_K": 128, "num_warps": 4, "num_stages": 4},
+            "down": {"BLOCK_H": 16, "BLOCK_K": 128, "num_warps": 4, "num_stages": 6},
         }
     else:
         per_expert = T * top_k / max(E, 1)

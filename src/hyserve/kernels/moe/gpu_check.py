@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import json
 import sys
 import time
 
@@ -31,7 +32,8 @@ def main() -> int:
     t_start = time.time()
     print(f"{torch.cuda.get_device_name()} torch {torch.__version__} triton {triton.__version__}")
     cfg = config_path(E, H, I, torch.bfloat16)
-    print(f"tuned configs: {cfg.name} {'present' if cfg.exists() else 'ABSENT (default plans)'}")
+    tuned = cfg.exists() and json.loads(cfg.read_text()).get("tuned", False)
+    print(f"configs: {cfg.name} {'tuned' if tuned else 'untuned defaults'}")
     layer = bench.make_layer(E, H, I)
     names = ("gate_weight", "w_gate_up", "w_down")
     shared = ("shared_gate_up", "shared_down", "shared_expert_gate")

@@ -10,12 +10,14 @@ expert-sorted order, row N + t is token t of the shared expert):
 with w_r the pair's routing weight, or sigmoid(x[t] . shared_expert_gate) for the shared expert (so
 the down projection needs no per-row scale and the output reduction is a plain sum).
 
-Grid (MAXB, cdiv(I, BLOCK_I)): program (b, n) takes block b (up to BLOCK_M rows of one expert, token
+Grid (cdiv(I, BLOCK_I), MAXB): program (n, b) takes block b (up to BLOCK_M rows of one expert, token
 ids gathered through ``sorted_pairs``) and the intermediate columns [n*BLOCK_I, (n+1)*BLOCK_I): it loads
 the gate rows *and* the matching up rows of the same columns, so silu(gate)*up is local; the full K=H
 reduction stays in the program (no split-K), so every weight byte is read once per block and the
 result is deterministic. Programs with b >= the number of blocks exit at once (the grid depends on T
-only: CUDA-graph safe). Each expert's weights are read once per step as long as its rows fit in one
+only: CUDA-graph safe). n is the fastest grid axis: the N-tiles of one block run back to back, so its
+gathered x rows are read from HBM once, and consecutive blocks of one expert share its weight tiles
+in L2. Each expert's weights are read once per step as long as its rows fit in one
 block (decode: BLOCK_M >= tokens per expert almost always).
 
 USE_DOT (BLOCK_M >= 16): tensor-core ``tl.dot`` on [BLOCK_M, BLOCK_K] x [BLOCK_K, BLOCK_I] tiles, fp32
@@ -61,8 +63,8 @@ def _gate_up_kernel(
     USE_DOT: tl.constexpr,
     DOT_PREC: tl.constexpr,
 ):
-    b = tl.program_id(0)
-    n = tl.program_id(1)
+    n = tl.program_id(0)  # fastest: the N-tiles of a block run back to back (its x / h rows stay in L2)
+    b = tl.program_id(1)
     if b >= tl.load(meta_ptr + 3 * MAXB):
         return
     e = tl.load(meta_ptr + b)
@@ -170,7 +172,7 @@ def gate_up(
     if shared_gate_up is not None:
         assert shared_gate_up.stride(1) == 1 and shared_gate_up.shape == (two_i, H)
     sg = shared_expert_gate if shared_expert_gate is not None else x
-    grid = (max_blocks, triton.cdiv(inter, bi))
+    grid = (triton.cdiv(inter, bi), max_blocks)
     launch(
         _gate_up_kernel,
         grid,

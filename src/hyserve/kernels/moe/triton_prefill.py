@@ -5,7 +5,7 @@ shared_down [H, I] as "expert E". Intermediate y [N + T, H] in x's dtype, indexe
 t*k + j is token t's slot j, row N + t its shared-expert output, so the sum kernel reads k contiguous
 rows per token (no inverse permutation, no atomics).
 
-``_down_kernel`` grid (MAXB, cdiv(H, BLOCK_H)): block b (<= BLOCK_M rows of one expert, contiguous in
+``_down_kernel`` grid (cdiv(H, BLOCK_H), MAXB) (H-tiles fastest: a block's h rows stay in L2): block b (<= BLOCK_M rows of one expert, contiguous in
 h) times the [BLOCK_H, I] slice of its down weights, tensor-core dots with fp32 accumulation, rows
 scattered to their pair index. Blocks past the block count exit at once.
 
@@ -46,8 +46,8 @@ def _down_kernel(
     EVEN: tl.constexpr,
     DOT_PREC: tl.constexpr,
 ):
-    b = tl.program_id(0)
-    n = tl.program_id(1)
+    n = tl.program_id(0)  # fastest: the H-tiles of a block run back to back (its h rows stay in L2)
+    b = tl.program_id(1)
     if b >= tl.load(meta_ptr + 3 * MAXB):
         return
     e = tl.load(meta_ptr + b)
@@ -134,7 +134,7 @@ def down_scatter_sum(
     bh, bk = cfg["BLOCK_H"], cfg["BLOCK_K"]
     launch(
         _down_kernel,
-        (max_blocks, triton.cdiv(H, bh)),
+        (triton.cdiv(H, bh), max_blocks),
         h,
         w_down,
         sw,
