@@ -118,27 +118,32 @@ def test_decode_reference_matches_naive():
 
 # ---------------------------------------------------------------- Triton vs references
 
+# (H, HV, K, V, sequence lengths, dtype, fused): fused = the output inside the state loop (2 launches)
 PREFILL = [
-    (2, 4, 16, 24, [1, 70, 5], torch.float32),
-    (2, 2, 32, 32, [64, 0, 3], torch.float32),
-    (2, 4, 16, 32, [90, 1], torch.float16),
+    (2, 4, 16, 24, [1, 70, 5], torch.float32, True),
+    (2, 4, 16, 24, [1, 70, 5], torch.float32, False),
+    (2, 2, 32, 32, [64, 0, 3], torch.float32, True),
+    (2, 4, 16, 32, [90, 1], torch.float16, True),
 ]
 if CUDA:
     PREFILL += [
-        (16, 32, 128, 128, [1, 100, 1000, 192, 63], torch.bfloat16),
-        (16, 32, 128, 128, [4096], torch.bfloat16),
-        (2, 4, 16, 24, [1, 70, 130, 5], torch.bfloat16),
+        (16, 32, 128, 128, [1, 100, 1000, 192, 63], torch.bfloat16, True),
+        (16, 32, 128, 128, [1, 100, 1000, 192, 63], torch.bfloat16, False),
+        (16, 32, 128, 128, [4096], torch.bfloat16, True),
+        (2, 4, 16, 24, [1, 70, 130, 5], torch.bfloat16, False),
+        (2, 2, 32, 32, [64, 0, 3], torch.float32, False),
     ]
 
 
-@pytest.mark.parametrize("h,hv,kd,vd,lens,dtype", PREFILL)
-def test_prefill_triton_matches_reference(h, hv, kd, vd, lens, dtype, monkeypatch):
+@pytest.mark.parametrize("h,hv,kd,vd,lens,dtype,fused", PREFILL)
+def test_prefill_triton_matches_reference(h, hv, kd, vd, lens, dtype, fused, monkeypatch):
     monkeypatch.setattr(triton_prefill, "POISON_SCRATCH", True)
     q, k, v, g, beta, state, cu, idx, init = _inputs(h, hv, kd, vd, lens, dtype)
     s_ref, s_tri = state.clone(), state.clone()
     want = gated_delta_rule_prefill_reference(q, k, v, g, beta, s_ref, cu, idx, init)
     out = torch.full_like(want, float("nan"))
-    got = gated_delta_rule_prefill_triton(q, k, v, g, beta, s_tri, cu, idx, init, out=out)
+    cfg = {"fused_output": fused}
+    got = gated_delta_rule_prefill_triton(q, k, v, g, beta, s_tri, cu, idx, init, configs=cfg, out=out)
     assert got is out and not out.isnan().any()
     assert _rel(out, want) < TOL[dtype]
     used = torch.tensor([s for s, n in zip(idx.tolist(), lens) if n > 0], dtype=torch.long)

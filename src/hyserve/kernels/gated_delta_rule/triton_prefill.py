@@ -36,7 +36,9 @@ CHUNK = 64
 
 # Tile configs (data, picked here by the wrapper): BV of the state / output kernels, warps, stages.
 _CONFIGS = {
-    "prepare": {"num_warps": 4},
+    "fused_output": True,  # _state_output_kernel (2 launches) instead of _state_kernel + _output_kernel (3)
+    "prepare": {"num_warps": 8},
+    "state_output": {"BV": 32, "num_warps": 4, "num_stages": 2},
     "state": {"BV": 32, "num_warps": 4, "num_stages": 2},
     "output": {"BV": 64, "num_warps": 4},
 }
@@ -86,10 +88,10 @@ def _chunk_inverse(a, PREC: tl.constexpr):
 
 @triton.jit
 def _prepare_kernel(
-    k_ptr, v_ptr, g_ptr, beta_ptr, cu_ptr, w_ptr, u_ptr, cum_ptr, rk_ptr,
-    stride_kt, stride_kh, stride_vt, stride_vh, stride_gt, stride_bt, N,
+    q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, cu_ptr, w_ptr, u_ptr, cum_ptr, rk_ptr, aqk_ptr, qs_ptr,
+    stride_qt, stride_qh, stride_kt, stride_kh, stride_vt, stride_vh, stride_gt, stride_bt, N, scale,
     HV: tl.constexpr, G: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
-    BN: tl.constexpr, DT: tl.constexpr, PREC: tl.constexpr,
+    BN: tl.constexpr, DT: tl.constexpr, PREC: tl.constexpr, FUSED: tl.constexpr,
 ):  # fmt: skip
     pid = tl.program_id(0)
     i_hv = tl.program_id(1)
@@ -142,6 +144,23 @@ def _prepare_kernel(
         u.to(u_ptr.dtype.element_ty),
         mask=mr[:, None] & (ov[None, :] < V),
     )
+    if FUSED:  # the S-independent half of the output, for _state_output_kernel
+        q = tl.load(
+            q_ptr + rows[:, None] * stride_qt + i_h * stride_qh + ok[None, :],
+            mask=mr[:, None] & (ok[None, :] < K),
+            other=0.0,
+        )
+        qf = q.to(tl.float32)
+        rq = tl.rsqrt(tl.sum(qf * qf, 1) + 1e-6) * scale  # scale / |q_i|
+        causal = rr[:, None] >= rr[None, :]
+        decay_c = tl.exp(tl.where(causal, cum[:, None] - cum[None, :], float("-inf")))
+        aqk = tl.dot(q, tl.trans(k), input_precision=PREC) * rq[:, None] * rk_c[None, :] * decay_c
+        tl.store(
+            aqk_ptr + (rows[:, None] * HV + i_hv) * 64 + rr[None, :],
+            aqk.to(aqk_ptr.dtype.element_ty),
+            mask=mr[:, None],
+        )
+        tl.store(qs_ptr + rows * HV + i_hv, rq * tl.exp(cum), mask=mr)
 
 
 @triton.jit
@@ -203,6 +222,74 @@ def _state_kernel(
             mask=mr[:, None] & mv[None, :],
         )
         # S <- exp(c_last) S + kn^T diag(exp(c_last - c)) v_new, the norm and decay applied to v_new's rows
+        v_scaled = v_new * (tl.exp(cum_last - cum) * rk)[:, None]
+        s = s * tl.exp(cum_last) + tl.dot(tl.trans(k), v_scaled.to(DT), input_precision=PREC)
+    tl.store(state_ptr + s_off, s, mask=mk[:, None] & mv[None, :])
+
+
+@triton.jit
+def _state_output_kernel(
+    q_ptr, k_ptr, w_ptr, u_ptr, cum_ptr, rk_ptr, aqk_ptr, qs_ptr, cu_ptr, state_ptr, idx_ptr, init_ptr, o_ptr,
+    stride_qt, stride_qh, stride_kt, stride_kh, stride_ot, stride_oh, N,
+    HV: tl.constexpr, G: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
+    DT: tl.constexpr, PREC: tl.constexpr,
+):  # fmt: skip
+    """_state_kernel with the output fused into the chunk loop (no h / v_new round trip, one launch less):
+    o = diag(qs) q S + aqk v_new, where aqk and qs (scale exp(cum) / |q|) come from _prepare_kernel. The
+    two extra dots read S and v_new but feed nothing back, so the loop's critical path is unchanged."""
+    i_n = tl.program_id(0)
+    i_hv = tl.program_id(1)
+    i_v = tl.program_id(2)
+    i_h = i_hv // G
+    start = tl.load(cu_ptr + i_n).to(tl.int32)
+    end = tl.load(cu_ptr + i_n + 1).to(tl.int32)
+    n_chunks = (end - start + 63) // 64
+    if n_chunks <= 0:
+        return
+    slot = tl.load(idx_ptr + i_n).to(tl.int64)
+    k_init = tl.where(tl.load(init_ptr + i_n) != 0, K, 0)  # rows of the slot to read: all, or none
+
+    ok = tl.arange(0, BK)
+    ov = i_v * BV + tl.arange(0, BV)
+    mk = ok < K
+    mv = ov < V
+    s_off = ((slot * HV + i_hv) * K + ok[:, None]) * V + ov[None, :]
+    s = tl.load(state_ptr + s_off, mask=(ok[:, None] < k_init) & mv[None, :], other=0.0)  # [BK, BV] fp32
+    rr = tl.arange(0, 64)
+    for c in range(n_chunks):
+        t0 = start + c * 64
+        rows = (t0 + rr).to(tl.int64)
+        mr = rows < end
+        w = tl.load(
+            w_ptr + (rows[:, None] * HV + i_hv) * K + ok[None, :], mask=mr[:, None] & mk[None, :], other=0.0
+        )
+        u = tl.load(
+            u_ptr + (rows[:, None] * HV + i_hv) * V + ov[None, :], mask=mr[:, None] & mv[None, :], other=0.0
+        )
+        k = tl.load(
+            k_ptr + rows[:, None] * stride_kt + i_h * stride_kh + ok[None, :],
+            mask=mr[:, None] & mk[None, :],
+            other=0.0,
+        )
+        q = tl.load(
+            q_ptr + rows[:, None] * stride_qt + i_h * stride_qh + ok[None, :],
+            mask=mr[:, None] & mk[None, :],
+            other=0.0,
+        )
+        aqk = tl.load(aqk_ptr + (rows[:, None] * HV + i_hv) * 64 + rr[None, :], mask=mr[:, None], other=0.0)
+        cum = tl.load(cum_ptr + rows * HV + i_hv, mask=mr, other=0.0)
+        rk = tl.load(rk_ptr + rows * HV + i_hv, mask=mr, other=0.0)
+        qs = tl.load(qs_ptr + rows * HV + i_hv, mask=mr, other=0.0)
+        cum_last = tl.load(cum_ptr + tl.minimum(t0 + 63, end - 1).to(tl.int64) * HV + i_hv)
+        s_dt = s.to(DT)
+        v_new = u.to(tl.float32) - tl.dot(w, s_dt, input_precision=PREC)
+        o = tl.dot(q, s_dt, input_precision=PREC) * qs[:, None]
+        o += tl.dot(aqk, v_new.to(DT), input_precision=PREC)
+        tl.store(
+            o_ptr + rows[:, None] * stride_ot + i_hv * stride_oh + ov[None, :],
+            o.to(o_ptr.dtype.element_ty),
+            mask=mr[:, None] & mv[None, :],
+        )
         v_scaled = v_new * (tl.exp(cum_last - cum) * rk)[:, None]
         s = s * tl.exp(cum_last) + tl.dot(tl.trans(k), v_scaled.to(DT), input_precision=PREC)
     tl.store(state_ptr + s_off, s, mask=mk[:, None] & mv[None, :])
@@ -316,28 +403,39 @@ def gated_delta_rule_prefill_triton(
     max_chunks = triton.cdiv(t, CHUNK) + n
     dt = q.dtype
     prec = "ieee" if dt == torch.float32 else "tf32"  # tf32: fp32-operand dots of the solve, on the GPU
+    fused = cfg["fused_output"]
     cum = _scratch((t, hv), torch.float32, q.device)
     rk = _scratch((t, hv), torch.float32, q.device)
     w = _scratch((t, hv, kd), dt, q.device)
     u = _scratch((t, hv, vd), dt, q.device)
+    aqk = _scratch((t, hv, CHUNK), dt, q.device) if fused else cum  # (unused pointers when not fused)
+    qs = _scratch((t, hv), torch.float32, q.device) if fused else cum
+    meta = dict(HV=hv, G=group, K=kd, V=vd, BK=bk, DT=_TL_DTYPES[dt], PREC=prec)
+    _prepare_kernel[(max_chunks, hv)](
+        q, k, v, g, beta, cu_seqlens, w, u, cum, rk, aqk, qs,
+        q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0), v.stride(1), g.stride(0), beta.stride(0),
+        n, kd**-0.5, **meta, BV=bvf, BN=bn, FUSED=fused, num_warps=cfg["prepare"]["num_warps"],
+    )  # fmt: skip
+    if fused:
+        bv = min(cfg["state_output"]["BV"], bvf)
+        _state_output_kernel[(n, hv, triton.cdiv(vd, bv))](
+            q, k, w, u, cum, rk, aqk, qs, cu_seqlens, state, state_indices, has_initial_state, out,
+            q.stride(0), q.stride(1), k.stride(0), k.stride(1), out.stride(0), out.stride(1), n, **meta, BV=bv,
+            num_warps=cfg["state_output"]["num_warps"], num_stages=cfg["state_output"]["num_stages"],
+        )  # fmt: skip
+        return out
     v_new = _scratch((t, hv, vd), dt, q.device)
     hstate = _scratch((max_chunks, hv, kd, vd), dt, q.device)
-    _prepare_kernel[(max_chunks, hv)](
-        k, v, g, beta, cu_seqlens, w, u, cum, rk,
-        k.stride(0), k.stride(1), v.stride(0), v.stride(1), g.stride(0), beta.stride(0), n,
-        HV=hv, G=group, K=kd, V=vd, BK=bk, BV=bvf, BN=bn, DT=_TL_DTYPES[dt], PREC=prec, num_warps=cfg["prepare"]["num_warps"],
-    )  # fmt: skip
     bv = min(cfg["state"]["BV"], bvf)
     _state_kernel[(n, hv, triton.cdiv(vd, bv))](
         k, w, u, cum, rk, cu_seqlens, state, state_indices, has_initial_state, hstate, v_new,
-        k.stride(0), k.stride(1), n,
-        HV=hv, G=group, K=kd, V=vd, BK=bk, BV=bv, BN=bn, DT=_TL_DTYPES[dt], PREC=prec,
+        k.stride(0), k.stride(1), n, **meta, BV=bv, BN=bn,
         num_warps=cfg["state"]["num_warps"], num_stages=cfg["state"]["num_stages"],
     )  # fmt: skip
     bv = min(cfg["output"]["BV"], bvf)
     _output_kernel[(max_chunks, hv, triton.cdiv(vd, bv))](
         q, k, cum, rk, hstate, v_new, out, cu_seqlens,
         q.stride(0), q.stride(1), k.stride(0), k.stride(1), out.stride(0), out.stride(1), n, kd**-0.5,
-        HV=hv, G=group, K=kd, V=vd, BK=bk, BV=bv, BN=bn, DT=_TL_DTYPES[dt], PREC=prec, num_warps=cfg["output"]["num_warps"],
+        **meta, BV=bv, BN=bn, num_warps=cfg["output"]["num_warps"],
     )  # fmt: skip
     return out
