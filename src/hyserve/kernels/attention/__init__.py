@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import functools
 import json
+import warnings
 from pathlib import Path
 
 import torch
@@ -33,6 +34,28 @@ def launch_config(kind: str, head_dim: int) -> dict:
     """The tile config of the ``decode`` or ``prefill`` kernel for this head_dim."""
     table = _configs()[kind]
     return dict(table.get(str(head_dim), table["default"]))
+
+
+_SAFE = {
+    "decode": {"block_n": 32, "num_warps": 4, "num_stages": 1},
+    "prefill": {"block_m": 32, "block_n": 32, "num_warps": 4, "num_stages": 1},
+}
+
+
+def _launch(kind: str, fn, *args):
+    """Run ``fn`` with the configured tiles; if they do not fit (shared memory), fall back to small ones
+    for this head_dim from then on (the first call compiles, outside any CUDA-graph capture)."""
+    from triton import OutOfResources
+
+    head_dim = args[0].shape[2]
+    config = launch_config(kind, head_dim)
+    try:
+        return fn(*args, **config)
+    except OutOfResources as e:
+        safe = {**config, **_SAFE[kind]}
+        warnings.warn(f"attention {kind} config {config} does not fit ({e}); using {safe}", stacklevel=3)
+        _configs()[kind][str(head_dim)] = safe
+        return fn(*args, **safe)
 
 
 def _triton_ok(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, *rest: torch.Tensor) -> bool:
@@ -72,10 +95,10 @@ def paged_attention(
         if q.shape[0] == seq_lens.shape[0]:
             from hyserve.kernels.attention.triton_decode import paged_decode
 
-            return paged_decode(*args, max_seq_len, **launch_config("decode", q.shape[2]))
+            return _launch("decode", paged_decode, *args, max_seq_len)
         from hyserve.kernels.attention.triton_prefill import paged_prefill
 
-        return paged_prefill(*args, **launch_config("prefill", q.shape[2]))
+        return _launch("prefill", paged_prefill, *args)
     return paged_attention_reference(
         q, k_cache, v_cache, cu_seqlens_q, seq_lens, block_tables, scale, gate, max_seq_len
     )

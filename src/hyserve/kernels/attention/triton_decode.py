@@ -4,16 +4,16 @@ Shapes: q [T=N, Hq, D] (row ``cu_seqlens_q[i]`` is sequence i's token), k_cache/
 [num_blocks, PAGE, Hkv, D], block_tables [N, max_blocks] int32, seq_lens [N] int32, gate None or
 [T, Hq * D] / [T, Hq, D] (any strides), out [T, Hq, D].
 
-Grid of the split kernel: (N, Hkv, NUM_SPLITS). A program takes *all* G = Hq / Hkv query heads of one
+Grid of the split kernel: (N, Hkv, num_splits). A program takes *all* G = Hq / Hkv query heads of one
 KV head, so each K/V row is read from HBM once per KV head: the scores are a [G_PAD, D] x [D, BLOCK_N]
 tensor-core dot (G padded to 16, the smallest dot M) and the values a [G_PAD, BLOCK_N] x [BLOCK_N, D] one.
-Sequence i's context is cut on the device into NUM_SPLITS equal partitions (rounded up to BLOCK_N), so
+Sequence i's context is cut on the device into num_splits equal partitions (rounded up to BLOCK_N), so
 the grid depends only on host ints (N and a split count chosen from the batch size and the maximum
 context) and the kernel is CUDA-graph safe: short sequences leave their trailing partitions empty.
 Online softmax in fp32 (base 2, the scale pre-multiplied by log2(e)).
 
-NUM_SPLITS == 1: the program normalises, applies the sigmoid gate and writes ``out`` (one pass).
-NUM_SPLITS > 1: it writes its normalised partial output [N, Hq, S, D] fp32 and log2-sum-exp [N, Hq, S];
+num_splits == 1 (SINGLE): the program normalises, applies the sigmoid gate and writes ``out`` (one pass).
+num_splits > 1: it writes its normalised partial output [N, Hq, S, D] fp32 and log2-sum-exp [N, Hq, S];
 the reduce kernel (grid (N, Hq)) merges the non-empty partitions and applies the gate.
 """
 
@@ -51,13 +51,14 @@ def _paged_decode_split_kernel(
     stride_gd,
     stride_ot,
     stride_oh,
+    num_splits,
     G: tl.constexpr,
     G_PAD: tl.constexpr,
     D: tl.constexpr,
     BLOCK_D: tl.constexpr,
     BLOCK_N: tl.constexpr,
     PAGE: tl.constexpr,
-    NUM_SPLITS: tl.constexpr,
+    SINGLE: tl.constexpr,
     HAS_GATE: tl.constexpr,
     DOT_PREC: tl.constexpr,
 ):
@@ -67,7 +68,7 @@ def _paged_decode_split_kernel(
 
     ctx = tl.load(seq_lens_ptr + seq).to(tl.int32)
     tok = tl.load(cu_q_ptr + seq).to(tl.int64)
-    part = tl.cdiv(tl.cdiv(ctx, NUM_SPLITS), BLOCK_N) * BLOCK_N
+    part = tl.cdiv(tl.cdiv(ctx, num_splits), BLOCK_N) * BLOCK_N
     start = split * part
     end = tl.minimum(start + part, ctx)
 
@@ -116,7 +117,7 @@ def _paged_decode_split_kernel(
     nonempty = l_i > 0.0
     o = acc / tl.where(nonempty, l_i, 1.0)[:, None]
     out_mask = mask_g[:, None] & mask_d[None, :]
-    if NUM_SPLITS == 1:
+    if SINGLE:
         if HAS_GATE:
             g = tl.load(
                 gate_ptr + tok * stride_gt + heads[:, None] * stride_gh + offs_d[None, :] * stride_gd,
@@ -131,7 +132,7 @@ def _paged_decode_split_kernel(
         )
     else:
         lse = tl.where(nonempty, m_i + tl.log2(tl.where(nonempty, l_i, 1.0)), float("-inf"))
-        row = (seq * (G * tl.num_programs(1)) + heads) * NUM_SPLITS + split  # [N, Hq, S] index
+        row = (seq * (G * tl.num_programs(1)) + heads) * num_splits + split  # [N, Hq, S] index
         tl.store(part_lse_ptr + row, lse, mask=mask_g)
         tl.store(part_o_ptr + row[:, None] * D + offs_d[None, :], o, mask=out_mask)
 
@@ -149,10 +150,10 @@ def _paged_decode_reduce_kernel(
     stride_gd,
     stride_ot,
     stride_oh,
+    num_splits,
     D: tl.constexpr,
     BLOCK_D: tl.constexpr,
     BLOCK_N: tl.constexpr,
-    NUM_SPLITS: tl.constexpr,
     S_PAD: tl.constexpr,
     HAS_GATE: tl.constexpr,
 ):
@@ -161,14 +162,14 @@ def _paged_decode_reduce_kernel(
     num_heads = tl.num_programs(1)
     ctx = tl.load(seq_lens_ptr + seq).to(tl.int32)
     tok = tl.load(cu_q_ptr + seq).to(tl.int64)
-    part = tl.cdiv(tl.cdiv(ctx, NUM_SPLITS), BLOCK_N) * BLOCK_N
+    part = tl.cdiv(tl.cdiv(ctx, num_splits), BLOCK_N) * BLOCK_N
     used = tl.cdiv(ctx, tl.maximum(part, 1))  # partitions holding keys (0 for an empty context)
 
     offs_s = tl.arange(0, S_PAD)
     offs_d = tl.arange(0, BLOCK_D)
     mask_s = offs_s < used
     mask_d = offs_d < D
-    row = (seq * num_heads + head) * NUM_SPLITS + offs_s
+    row = (seq * num_heads + head) * num_splits + offs_s
     lse = tl.load(part_lse_ptr + row, mask=mask_s, other=float("-inf"))
     m = tl.max(lse, 0)
     m = tl.where(m == float("-inf"), 0.0, m)
@@ -274,9 +275,9 @@ def paged_decode(
         v_cache.stride(0), v_cache.stride(1), v_cache.stride(2),
         block_tables.stride(0),
         *sg,
-        out.stride(0), out.stride(1),
+        out.stride(0), out.stride(1), splits,
         G=group, G_PAD=g_pad, D=head_dim, BLOCK_D=block_d, BLOCK_N=block_n, PAGE=page,
-        NUM_SPLITS=splits, HAS_GATE=gate is not None, DOT_PREC=dot_prec,
+        SINGLE=splits == 1, HAS_GATE=gate is not None, DOT_PREC=dot_prec,
         num_warps=num_warps, num_stages=num_stages,
     )  # fmt: skip
     if splits > 1:
@@ -284,8 +285,8 @@ def paged_decode(
         _paged_decode_reduce_kernel[(num_seqs, num_heads)](
             part_o, part_lse, seq_lens, cu_seqlens_q, gate_arg, out,
             *sg,
-            out.stride(0), out.stride(1),
-            D=head_dim, BLOCK_D=block_d, BLOCK_N=block_n, NUM_SPLITS=splits, S_PAD=s_pad,
+            out.stride(0), out.stride(1), splits,
+            D=head_dim, BLOCK_D=block_d, BLOCK_N=block_n, S_PAD=s_pad,
             HAS_GATE=gate is not None,
             num_warps=4 if s_pad * block_d <= 4096 else 8,
         )  # fmt: skip
