@@ -220,6 +220,19 @@ def bench_prefill(lens: list[int], configs: dict | None = None, baselines=True) 
 
 
 DECODE_BATCHES = (1, 8, 32, 64)
+# fused = output inside the state loop (2 launches); unfused = state kernel + parallel output kernel (3)
+PREFILL_SWEEP = [
+    {"fused_output": True, "state_output": {"BV": bv, "num_warps": 4, "num_stages": ns}}
+    for bv, ns in ((16, 2), (32, 2), (32, 3), (64, 2))
+] + [
+    {
+        "fused_output": False,
+        "state": {"BV": sbv, "num_warps": 4, "num_stages": 2},
+        "output": {"BV": obv, "num_warps": 4},
+    }
+    for sbv in (32, 64)
+    for obv in (64, 128)
+]
 PREFILL_LENS = ([128], [1024], [4096], [512] * 8)
 
 
@@ -241,14 +254,7 @@ def sweep_rows() -> list[dict]:
         best = min(cands, key=lambda r: r["us"])
         print(f"best decode B={b}: BV={best['BV']} warps={best['warps']} {best['us']:.1f} us")
     for lens in ([1024], [4096]):
-        cands = []
-        for sbv in (32, 64):
-            for obv in (64, 128):
-                cfg = {
-                    "state": {"BV": sbv, "num_warps": 4, "num_stages": 2},
-                    "output": {"BV": obv, "num_warps": 4},
-                }
-                cands.append(bench_prefill(lens, cfg, baselines=False))
+        cands = [bench_prefill(lens, cfg, baselines=False) for cfg in PREFILL_SWEEP]
         rows += cands
         best = min(cands, key=lambda r: r["us"])
         print(f"best prefill {lens}: {best['cfg']} {best['us']:.1f} us")

@@ -79,11 +79,11 @@ def _prefill_case(lens, dtype, h=16, hv=32, kd=128, vd=128, seed=0):
     return q, k, v, g, beta, state, cu, idx, init
 
 
-def check_prefill(lens, dtype, tol):
+def check_prefill(lens, dtype, tol, configs=None):
     q, k, v, g, beta, state, cu, idx, init = _prefill_case(lens, dtype)
     s_ref, s_tri = state.clone(), state.clone()
     want = gated_delta_rule_prefill_reference(q, k, v, g, beta, s_ref, cu, idx, init)
-    got = gated_delta_rule_prefill_triton(q, k, v, g, beta, s_tri, cu, idx, init)
+    got = gated_delta_rule_prefill_triton(q, k, v, g, beta, s_tri, cu, idx, init, configs=configs)
     e_o, e_s = rel(got, want), rel(s_tri[idx], s_ref[idx])
     untouched = torch.ones(state.shape[0], dtype=torch.bool, device=DEV)
     untouched[idx] = False
@@ -174,6 +174,15 @@ def correctness(quick: bool) -> None:
     check("prefill bf16 varlen " + str(lens), lambda: check_prefill(lens, torch.bfloat16, BF16_TOL))
     check("prefill bf16 8x512", lambda: check_prefill([512] * 8, torch.bfloat16, BF16_TOL))
     check("prefill fp32 [200, 70, 1]", lambda: check_prefill([200, 70, 1], torch.float32, 1e-4))
+    unfused = {"fused_output": False}
+    check(
+        "prefill fp32 unfused [200, 70, 1]", lambda: check_prefill([200, 70, 1], torch.float32, 1e-4, unfused)
+    )
+    for i, cfg in enumerate([] if quick else gb.PREFILL_SWEEP):
+        check(
+            f"prefill bf16 sweep cfg {i} {cfg}",
+            lambda cfg=cfg: check_prefill(lens, torch.bfloat16, BF16_TOL, cfg),
+        )
     for b in (1, 33):
         for bv in (None, 32, 128):
             check(f"decode B={b} BV={bv}", lambda b=b, bv=bv: check_decode(b, bv))
@@ -231,13 +240,13 @@ def benchmarks(quick: bool, budget_s: float) -> list[dict]:
                     f"best gdn_decode_step B={b}: BV={best['BV']} warps={best['warps']} {best['us']:.1f} us"
                 )
         for lens in ([1024], [4096]):
-            for sbv in (32, 64):
-                for obv in (64, 128):
-                    cfg = {
-                        "state": {"BV": sbv, "num_warps": 4, "num_stages": 2},
-                        "output": {"BV": obv, "num_warps": 4},
-                    }
-                    add(gb.bench_prefill, lens, cfg, baselines=False)
+            best = None
+            for cfg in gb.PREFILL_SWEEP:
+                r = add(gb.bench_prefill, lens, cfg, baselines=False)
+                if r and "us" in r and (best is None or r["us"] < best["us"]):
+                    best = r
+            if best:
+                print(f"best prefill {lens}: {best['cfg']} {best['us']:.1f} us")
         for bt, bd, w in ((16, 256, 4), (64, 128, 8)):
             add(bench_conv, [16384], bt, bd, w, baselines=False)
     return rows
