@@ -4,7 +4,9 @@ with random cancellations leaves no engine request, cache block, state slot, asy
 from __future__ import annotations
 
 import asyncio
+import json
 import random
+import socket
 import threading
 import time
 
@@ -143,3 +145,43 @@ async def _request(client: httpx.AsyncClient, endpoint: str, body: dict, stream:
     if r.status_code == 200:
         assert lines[-1] == "data: [DONE]"
     return r.status_code
+
+
+def test_a_client_that_stops_reading_does_not_stall_generation(server):
+    """A client that reads nothing: its request still runs to the end at full speed (only the newest
+    output waits for it), another request is served meanwhile, and it gets every token when it reads."""
+    body = {"prompt": "slow reader", "max_tokens": 200, "temperature": 0, "ignore_eos": True, "logprobs": 5}
+    expected = httpx.post(f"{server.url}/v1/completions", json=body, timeout=60).json()["choices"][0]["text"]
+    payload = json.dumps(body | {"stream": True, "echo": True}).encode()
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # fill up fast
+    sock.connect(("127.0.0.1", server.port))
+    head = f"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {len(payload)}\r\n\r\n"
+    sock.sendall(head.encode() + payload)
+    try:
+        deadline = time.monotonic() + 60
+        while server.async_engine.num_unfinished == 0:  # admitted
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        other = httpx.post(
+            f"{server.url}/v1/completions", json={"prompt": "meanwhile", "max_tokens": 4}, timeout=60
+        )
+        assert other.status_code == 200
+        while server.engine.requests:  # the unread request finishes generating all the same
+            assert time.monotonic() < deadline, "generation stalled behind a client that does not read"
+            time.sleep(0.01)
+        raw = b""
+        sock.settimeout(30)
+        while not raw.endswith(b"\r\n0\r\n\r\n"):  # the last chunk of a chunked body
+            chunk = sock.recv(65536)
+            if not chunk:
+                break
+            raw += chunk
+    finally:
+        sock.close()
+    lines = raw.decode().splitlines()  # chunk-size lines interleave; every event is a chunk of its own
+    assert "data: [DONE]" in lines
+    events = [line[6:] for line in lines if line.startswith("data: {")]
+    text = "".join(json.loads(e)["choices"][0]["text"] for e in events)
+    assert text.endswith(expected) and len(text) > len(expected)  # echo put the prompt in front
+    _assert_all_free(server)

@@ -27,7 +27,7 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
         "--served-model-name",
         nargs="+",
         default=None,
-        help="model name(s) clients send; the first one is reported (default: the model folder's name)",
+        help="model name(s) clients may send; the first is assumed when a request names none (default: the model folder's name)",
     )
     g.add_argument(
         "--api-key",

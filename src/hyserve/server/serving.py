@@ -26,6 +26,7 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 SSE_DONE = "data: [DONE]\n\n"
+_MAX_IGNORED_NAMES = 256
 
 
 class ClientGone(Exception):
@@ -40,15 +41,16 @@ class ServingContext:
     sampling_defaults: dict[str, float]
     texts: TokenTexts = field(init=False)
     draining: bool = False  # set on SIGTERM: running requests finish, new ones get 503
-    _ignored: set[str] = field(default_factory=set)  # unknown request fields already logged
+    _ignored: set[str] = field(default_factory=set, init=False, repr=False)  # unknown fields logged so far
 
     def __post_init__(self) -> None:
         self.texts = TokenTexts(self.tokenizer)
 
     def note_ignored(self, fields: dict[str, Any] | None) -> None:
-        """Log request fields this server does not know, once per name (clients send many optional ones)."""
+        """Log request fields this server does not know, once per name (clients send many optional ones;
+        the names remembered are capped, as clients choose them)."""
         new = set(fields or ()) - self._ignored
-        if new:
+        if new and len(self._ignored) < _MAX_IGNORED_NAMES:
             self._ignored |= new
             log.warning("ignoring request fields this server does not know: %s", ", ".join(sorted(new)))
 
