@@ -1,4 +1,4 @@
-"""Chunked gated delta rule over packed varlen sequences (chunk 64), three Triton kernels, no host sync.
+"""Chunked gated delta rule over packed varlen sequences (chunk 64): two Triton launches, no host sync.
 
 Shapes: q, k [T, H, K] and v [T, HV, V] (model dtype; any token/head strides, last dim contiguous, e.g. the
 views of the conv output), g [T, HV] fp32 log-decay, beta [T, HV], state [S, HV, K, V] fp32 (slots),
@@ -9,21 +9,27 @@ reference's solve is ``T = (I + strictly-lower(beta_i k_i.k_j D_ij))^-1``, ``w =
 ``u = T (beta v)``; then sequentially ``v_new = u - w S``, ``o = (q exp(cum)) S + (q k^T * D) v_new``,
 ``S <- exp(cum_last) S + (k exp(cum_last - cum))^T v_new``.
 
-1. ``_prepare_kernel`` grid (chunks, HV): cumsum of g, the 64x64 system as 4x4 blocks of 16 rows (10 tl.dot
-   of [16, K] x [K, 16]), the inverse by forward substitution on the four 16x16 diagonal blocks (in
-   registers, no memory round trip) and block products for the rest, then w, u (20 small dots). Writes
-   cum [T, HV] fp32, w [T, HV, K], u [T, HV, V] (model dtype, as fla).
-2. ``_state_kernel`` grid (N, HV, V/BV): the only sequential part: per (sequence, head, V-tile) walks the
-   chunks, stores the chunk's start state h [chunks, HV, K, V] and v_new [T, HV, V], updates S in
-   registers (fp32), and writes the final state into the sequence's slot. Starts from the slot if
-   has_initial_state else zeros.
-3. ``_output_kernel`` grid (chunks, HV, V/BV): o = (q exp(cum)) h + (q k^T * D) v_new, fully parallel.
+1. ``_prepare_kernel`` grid (chunks, HV): cumsum of g; the 64x64 system A from one dot of the raw k tile
+   with itself (|k_i|^2 is its diagonal, so the L2 norms are row/column scales and no normalised [64, K]
+   tile is ever built); T = (I + A)^-1 from the four 16x16 diagonal blocks inverted together by forward
+   substitution on a [4, 16, 16] register tile, then (I - N)(I + N^2) D^-1 with N = D^-1 (block-lower A);
+   w = T diag(beta e^cum / |k|) k, u = T diag(beta) v. Writes cum, 1/|k| [T, HV] fp32 and w [T, HV, K],
+   u [T, HV, V] (model dtype, as fla). Fused variant (default): also q k^T * scales * D [T, HV, 64] and
+   the q row scales, i.e. the S-independent half of the output.
+2. ``_state_output_kernel`` grid (N, HV, V/BV) (default, ``fused_output``): the only sequential part. Per
+   (sequence, head, V-tile) walk the chunks keeping S [K, BV] fp32 in registers: v_new = u - w S,
+   o = diag(qs) q S + aqk v_new (stored), S <- e^{c_last} S + k^T diag(e^{c_last - c} / |k|) v_new; the
+   two output dots feed nothing back, so the loop's critical path is the recurrence's. Starts from the
+   slot if has_initial_state else zeros; writes the final state into the slot.
+   Unfused variant: ``_state_kernel`` stores the chunk start states h [chunks, HV, K, V] and v_new, and
+   ``_output_kernel`` grid (chunks, HV, V/BV) computes o from them fully in parallel (3 launches, like
+   fla); kept for the sweep.
 
-Varlen without a host sync: the grids of 1 and 3 are an upper bound (T/64 + N chunks); each program finds
-its (sequence, chunk) from cu_seqlens in registers (one vector load + cumsum, ``_locate``), programs past
-the last chunk exit. q and k are L2-normalised (eps 1e-6) inside every kernel that reads them (cheap) and
-q is scaled by K**-0.5. Dots take model-dtype operands with fp32 accumulation; fp32 inputs use exact
-fp32 dots ("ieee"), the 16x16 inverse products are always fp32.
+Varlen without a host sync (CUDA-graph capturable): the per-chunk grids are an upper bound (T/64 + N);
+each program finds its (sequence, chunk) from cu_seqlens in registers (one vector load + cumsum,
+``_locate``), programs past the last chunk exit. q and k are L2-normalised (eps 1e-6) and q is scaled by
+K**-0.5 in the kernels. Dots take raw model-dtype operands with fp32 accumulation (wgmma on sm_90); the
+inverse's dots are fp32 in tf32 on the GPU (bf16/fp16 inputs) or exact ("ieee") for fp32 inputs.
 """
 
 from __future__ import annotations

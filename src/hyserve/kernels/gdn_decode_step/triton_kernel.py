@@ -21,10 +21,15 @@ Conv state, written exactly once per channel, never read after it is overwritten
     a graph; don't run two launches concurrently on different streams).
 
 Gated RMSNorm needs the whole V of a head. NV == 1 (BV = V): done in the program. NV > 1: each program
-stores its o tile (rounded to the model dtype, as the unfused path does before the norm) and takes a
-ticket on a per-(b, hv) counter; the last one reloads the V values (.cg, after acquire), normalises and
-overwrites them. The batch size picks BV (``_CONFIGS``): small B wants many programs (B=1: 32 heads x 4
-tiles = 128 programs), large B wants fewer, bigger tiles and no second ticket.
+stores its o tile (rounded to the model dtype, as the unfused path does before the norm), then (CTA
+barrier, acq_rel ticket on a per-(b, hv) counter) the last one reloads the V values (.cg), normalises and
+overwrites them.
+
+Tiles (``_CONFIGS``, by batch size; sm_90 compiles without spills): B <= 2: BV=32, 4 warps (B=1: 32 heads
+x 4 tiles = 128 programs, 80 registers); B <= 8: BV=64, 4 warps; larger: BV=64, 8 warps (104 registers).
+BV=128 (no norm ticket) is register-heavy (255 + spills at 8 warps); with it the state tile is loaded
+after the conv (``EARLY_STATE=False``) instead of first. Padding rows must still point at distinct
+slots (or one scratch slot whose content does not matter).
 """
 
 from __future__ import annotations
