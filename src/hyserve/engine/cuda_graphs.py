@@ -54,9 +54,16 @@ class DecodeGraphs:
         self.device = device
         n = self.sizes[-1]
         self.max_size = n
-        # host staging (pinned) and device inputs, one row per batch slot
-        self.host_rows = torch.zeros(5, n, dtype=torch.long).pin_memory()  # ids, pos, slot, len, state
-        self.host_tables = torch.zeros(n, max_blocks_per_seq, dtype=torch.int32).pin_memory()
+        # Pinned host staging, two sets: with async scheduling the next step's inputs are written while the
+        # previous step's copies may still be queued, so each set is reused only after its copy completed.
+        self.host_rows = [
+            torch.zeros(5, n, dtype=torch.long).pin_memory() for _ in range(2)
+        ]  # ids, pos, slot, len, state
+        self.host_tables = [
+            torch.zeros(n, max_blocks_per_seq, dtype=torch.int32).pin_memory() for _ in range(2)
+        ]
+        self.copied = [torch.cuda.Event(), torch.cuda.Event()]
+        self.turn = 0
         self.rows = torch.zeros(5, n, dtype=torch.long, device=device)
         self.tables = torch.zeros(n, max_blocks_per_seq, dtype=torch.int32, device=device)
         self.seq_lens32 = torch.ones(n, dtype=torch.int32, device=device)
@@ -125,7 +132,7 @@ class DecodeGraphs:
         ``input_tokens`` [n] (device) replaces the host's input ids (a step launched ahead)."""
         n = len(out.scheduled)
         size = self.bucket(n)
-        bs, width = self.block_size, self.host_tables.shape[1]
+        bs, width = self.block_size, self.host_tables[0].shape[1]
         ids, pos, slots, lens, states, tables = [], [], [], [], [], []
         for entry in out.scheduled:
             seq = entry.seq
@@ -147,14 +154,17 @@ class DecodeGraphs:
         lens += [1] * pad
         states += [self.spare_slot] * pad
         tables += [[self.spare_block] * width] * pad
-        self.host_rows[:, :size] = torch.tensor([ids, pos, slots, lens, states], dtype=torch.long)
-        self.host_tables[:size] = torch.tensor(tables, dtype=torch.int32)
-        rows = self.host_rows
-        self.rows[:, :size].copy_(rows[:, :size], non_blocking=True)
+        turn, self.turn = self.turn, 1 - self.turn
+        self.copied[turn].synchronize()  # the copy that last read this staging set has finished
+        host_rows, host_tables = self.host_rows[turn], self.host_tables[turn]
+        host_rows[:, :size] = torch.tensor([ids, pos, slots, lens, states], dtype=torch.long)
+        host_tables[:size] = torch.tensor(tables, dtype=torch.int32)
+        self.rows[:, :size].copy_(host_rows[:, :size], non_blocking=True)
         if input_tokens is not None:
             self.rows[0, :n].copy_(input_tokens)
         self.seq_lens32[:size].copy_(self.rows[3, :size])
-        self.tables[:size].copy_(self.host_tables[:size], non_blocking=True)
+        self.tables[:size].copy_(host_tables[:size], non_blocking=True)
+        self.copied[turn].record()
         captured = self.graphs[size]
         captured.graph.replay()
         return captured.logits[:n], captured.greedy[:n]

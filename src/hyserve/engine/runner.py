@@ -229,8 +229,9 @@ class ModelRunner:
             and len(s.output_token_ids) + offset >= s.params.min_tokens
             for s in seqs
         )
-        # the benchmark case: the argmax came out of the graph
-        sampled = DeviceSample(greedy) if plain else self._sample(logits, seqs, offset)
+        # The benchmark case: the argmax came out of the graph. Copy it out of the graph's output buffer, which
+        # the next replay (possibly launched before the host reads this one) overwrites.
+        sampled = DeviceSample(greedy.clone()) if plain else self._sample(logits, seqs, offset)
         return PendingStep(out, seqs, sampled, RunnerOutput({}, {}, {}))
 
     @torch.inference_mode()
