@@ -87,6 +87,11 @@ def _conv_prefill_kernel(
             tl.store(s_base + r * D + cols, val.to(cs_ptr.dtype.element_ty), mask=mc)
 
 
+def _as_int8(flags: torch.Tensor) -> torch.Tensor:
+    """bool -> int8 without a copy kernel (same item size)."""
+    return flags.view(torch.int8) if flags.dtype == torch.bool else flags.to(torch.int8)
+
+
 def causal_conv1d_prefill_triton(
     x: torch.Tensor,
     weight: torch.Tensor,
@@ -115,7 +120,7 @@ def causal_conv1d_prefill_triton(
     bd = min(block_d or _CONFIG["BD"], triton.next_power_of_2(d))
     bn = max(16, triton.next_power_of_2(n))
     _conv_prefill_kernel[(triton.cdiv(t, bt) + n, triton.cdiv(d, bd))](
-        x, weight, conv_state, cu_seqlens, state_indices, has_initial_state.to(torch.int8), out,
+        x, weight, conv_state, cu_seqlens, state_indices, _as_int8(has_initial_state), out,
         n, d, x.stride(0), out.stride(0),
         W=width, BT=bt, BD=bd, BN=bn, num_warps=num_warps or _CONFIG["num_warps"],
     )  # fmt: skip

@@ -362,6 +362,11 @@ def _output_kernel(
 _TL_DTYPES = {torch.float32: tl.float32, torch.float16: tl.float16, torch.bfloat16: tl.bfloat16}
 
 
+def _as_int8(flags: torch.Tensor) -> torch.Tensor:
+    """bool -> int8 without a copy kernel (same item size)."""
+    return flags.view(torch.int8) if flags.dtype == torch.bool else flags.to(torch.int8)
+
+
 POISON_SCRATCH = False  # tests: fill the intermediates with NaN to catch reads of unwritten rows
 
 
@@ -403,7 +408,7 @@ def gated_delta_rule_prefill_triton(
         return out
     g = g if g.stride(-1) == 1 else g.contiguous()
     beta = beta if beta.stride(-1) == 1 else beta.contiguous()
-    has_initial_state = has_initial_state.to(torch.int8)
+    has_initial_state = _as_int8(has_initial_state)
     group = hv // h
     bk, bvf, bn = _pow2(kd), _pow2(vd), _pow2(n)
     max_chunks = triton.cdiv(t, CHUNK) + n
