@@ -164,7 +164,7 @@ class Attention(nn.Module):
             batch.seq_lens,
             batch.block_tables,
             self.scale,
-            gate=gate.reshape(t, -1),
+            gate=gate,
         )
         return self.o_proj(o.reshape(t, -1))
 
