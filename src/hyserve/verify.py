@@ -185,7 +185,7 @@ def _agreement(xs: list[torch.Tensor], truths: list[torch.Tensor]) -> Agreement:
     )
 
 
-def _passes(engine: Agreement, hf: Agreement, dtype: torch.dtype) -> bool:
+def _passes(engine: Agreement, hf: Agreement, dtype: torch.dtype, positions: int) -> bool:
     if dtype == torch.float32:
         t = FP32_TOLERANCE
         return (
@@ -197,8 +197,15 @@ def _passes(engine: Agreement, hf: Agreement, dtype: torch.dtype) -> bool:
     return (
         engine.rel_logit_error <= f["rel"] * hf.rel_logit_error + s["rel"]
         and engine.kl_mean <= f["kl"] * hf.kl_mean + s["kl"]
-        and engine.top1_agreement >= hf.top1_agreement - s["top1"]
+        and engine.top1_agreement >= hf.top1_agreement - _top1_slack(hf, positions)
     )
+
+
+def _top1_slack(hf: Agreement, positions: int) -> float:
+    """Top-1 agreement over N positions is a binomial count: allow 3 standard deviations (at least the fixed
+    slack). Random-weight logits are nearly flat, so whether the argmax survives rounding is a coin flip."""
+    p = hf.top1_agreement
+    return max(LOW_PRECISION_SLACK["top1"], 3 * (p * (1 - p) / max(1, positions)) ** 0.5)
 
 
 def compare(
@@ -250,7 +257,7 @@ def compare(
         greedy_match=matches,
         greedy_tokens=greedy_tokens,
         greedy_ok=greedy_ok,
-        passed=_passes(mine, theirs, engine.dtype) and greedy_ok,
+        passed=_passes(mine, theirs, engine.dtype, sum(len(p) for p in prompts)) and greedy_ok,
         seconds=time.perf_counter() - start,
     )
 
@@ -291,7 +298,7 @@ def _format(r: VerifyReport) -> str:
         rule = (
             f"rule: engine rel <= {LOW_PRECISION_FACTOR['rel']}x transformers' + {LOW_PRECISION_SLACK['rel']}, "
             f"KL <= {LOW_PRECISION_FACTOR['kl']}x + {LOW_PRECISION_SLACK['kl']:g}, "
-            f"top-1 >= transformers' - {LOW_PRECISION_SLACK['top1']}"
+            f"top-1 >= transformers' - max({LOW_PRECISION_SLACK['top1']}, 3 binomial sd)"
         )
     return "\n".join(
         [
