@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import random
 import socket
 import threading
@@ -14,6 +15,15 @@ import httpx
 import pytest
 
 from server_harness import BackgroundServer, text_checkpoint
+
+
+@pytest.fixture(autouse=True)
+def no_errors_logged(caplog):
+    """Whatever the clients do here, the server must not log an error (e.g. a traceback it survived)."""
+    caplog.set_level(logging.WARNING)
+    yield
+    errors = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
+    assert not errors, errors
 
 
 @pytest.fixture(scope="module")

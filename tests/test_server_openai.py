@@ -4,6 +4,7 @@ tiny checkpoint: greedy text, logprobs, echo scoring (lm-eval), streaming, seeds
 from __future__ import annotations
 
 import asyncio
+import logging
 
 import httpx
 import openai
@@ -19,6 +20,15 @@ from tokenizer_fixture import TOKENIZER_SIZE
 
 PROMPTS = ["Hello, world!", "The quick brown fox", "Once upon a time there was", "1234 + 56.78 ="]
 TOL = 1e-4
+
+
+@pytest.fixture(autouse=True)
+def no_errors_logged(caplog):
+    """Whatever the clients do here, the server must not log an error (e.g. a traceback it survived)."""
+    caplog.set_level(logging.WARNING)
+    yield
+    errors = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
+    assert not errors, errors
 
 
 @pytest.fixture(scope="module")

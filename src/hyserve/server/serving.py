@@ -108,12 +108,12 @@ async def unless_disconnected(request: Request, work: Awaitable[T]) -> T:
     task = asyncio.ensure_future(work)
     watcher = asyncio.ensure_future(_until_disconnected(request))
     try:
-        await asyncio.wait({task, watcher}, return_when=asyncio.FIRST_COMPLETED)
+        done, _ = await asyncio.wait({task, watcher}, return_when=asyncio.FIRST_COMPLETED)
     finally:
         watcher.cancel()
-        if not task.done():
+        if not task.done():  # the client left (or this handler is being cancelled)
             task.cancel()
-    if task.cancelled():
+    if task not in done:
         raise ClientGone()
     return task.result()
 
