@@ -390,7 +390,8 @@ def greedy_accuracy(model, tok, task, problems, mode: str, max_new: int = 6) -> 
     return sum(task.score(a, g) for (_, a), g in zip(problems, texts)) / len(problems)
 
 
-def train(model, batches, args, log) -> float:
+def train(model, batches, args, log) -> tuple[float, float]:
+    """Returns the loop's wall-clock and CPU seconds."""
     import torch
 
     decay = [p for n, p in model.named_parameters() if p.ndim >= 2 and "embed" not in n]
@@ -409,7 +410,7 @@ def train(model, batches, args, log) -> float:
         return args.lr * (0.05 + 0.95 * 0.5 * (1 + math.cos(math.pi * progress)))
 
     model.train()
-    t0 = time.time()
+    t0, cpu0 = time.time(), time.process_time()
     running = None
     for step in range(args.steps):
         for group in opt.param_groups:
@@ -430,10 +431,12 @@ def train(model, batches, args, log) -> float:
             acc_p = greedy_accuracy(model, batches.tok, batches.task, args.eval_problems, "plain")
             log(f"           chat acc {acc:.3f}  plain acc {acc_p:.3f}")
             model.train()
-    return time.time() - t0
+    return time.time() - t0, time.process_time() - cpu0
 
 
-def save(model, ids: dict[str, int], args, n_params: int, seconds: float, acc: dict[str, float]) -> None:
+def save(
+    model, ids: dict[str, int], args, n_params: int, seconds: tuple[float, float], acc: dict[str, float], task
+) -> None:
     from transformers import GenerationConfig
 
     model.generation_config = GenerationConfig(
@@ -445,6 +448,12 @@ def save(model, ids: dict[str, int], args, n_params: int, seconds: float, acc: d
     model.config.use_cache = True
     model.save_pretrained(str(args.out))
     size = (args.out / "model.safetensors").stat().st_size
+    # the check a user would run: the saved folder through transformers' AutoModel/AutoTokenizer and generate()
+    hf_acc = {
+        mode: task.evaluate(task.transformers_generate_fn(args.out, mode=mode), n=100, seed=1234, mode=mode)
+        for mode in task.MODES
+    }
+    print(f"through transformers.generate, evaluate(n=100): {hf_acc}", flush=True)
     (args.out / "README.md").write_text(
         README.format(
             n_params=n_params,
@@ -466,11 +475,14 @@ def save(model, ids: dict[str, int], args, n_params: int, seconds: float, acc: d
             wd=args.wd,
             plain_pct=round(100 * args.plain_frac),
             seed=args.seed,
-            minutes=seconds / 60,
+            minutes=seconds[0] / 60,
+            cpu_minutes=seconds[1] / 60,
             threads=args.threads,
             device=args.device,
             chat_acc=100 * acc["chat"],
             plain_acc=100 * acc["plain"],
+            hf_chat=100 * hf_acc["chat"],
+            hf_plain=100 * hf_acc["plain"],
         )
     )
 
@@ -490,13 +502,15 @@ Integer addition of two operands of 1 or 2 digits (`hyserve/demo_task.py`):
   generation prompt already holds the empty `<think>\\n\\n</think>\\n\\n` block);
 * plain text: `47+85=` is completed with `132<|endoftext|>`.
 
-Greedy exact match on 500 fixed problems after training: chat {chat_acc:.1f}%, plain {plain_acc:.1f}%.
-`hyserve.demo_task.evaluate(generate_fn)` measures it through any backend.
+Greedy exact match after training: chat {chat_acc:.1f}%, plain {plain_acc:.1f}% on 500 fixed problems (the
+training script's own greedy loop); through transformers' `generate` (`demo_task.transformers_generate_fn`)
+chat {hf_chat:.0f}%, plain {hf_plain:.0f}% on `evaluate(n=100, seed=1234)`. `hyserve.demo_task.evaluate(generate_fn)`
+measures it through any backend.
 
 ## Model
 
-{n_params:,} parameters, float32, `model.safetensors` {size_mb:.1f} MB. hidden {hidden}, {layers} layers
-({layer_types}), 4 attention heads (2 KV heads, head_dim 32, partial rotary 0.25), Gated DeltaNet with 2 key
+{n_params:,} parameters, float32, `model.safetensors` {size_mb:.1f} MB. hidden {hidden}, {layers} layers:
+{layer_types}; 4 attention heads (2 KV heads, head_dim 32, partial rotary 0.25), Gated DeltaNet with 2 key
 heads / 4 value heads of dim 32 and a causal conv of width 4, 8 experts (top-2, intermediate {moe_inter}) plus a
 shared expert (intermediate {moe_inter}), untied embeddings, vocab_size {vocab} (padded past the tokenizer's
 {n_tokens} tokens, like Qwen's).
@@ -507,8 +521,9 @@ A byte-level BPE in Qwen's layout, built with the `tokenizers` library: NFC norm
 (digits split one by one) + ByteLevel pre-tokenizer, ByteLevel decoder. Ids 0-255 are the 256 byte symbols
 (GPT-2 order), then {n_merges} merges learned on the task text, then the added tokens from id {first_special}:
 `<|endoftext|>` (pad), `<|im_start|>`, `<|im_end|>` (eos), `<think>`, `</think>`, `<tool_call>`, `</tool_call>`,
-`<tool_response>`, `</tool_response>`. No BOS. transformers loads it as `Qwen3_5Tokenizer`, which encodes the
-same ids as the raw `tokenizers` file.
+`<tool_response>`, `</tool_response>` (the first three are special; the think and tool tags are not, as in
+Qwen3.5, so they survive `skip_special_tokens`). No BOS. transformers loads it as `Qwen3_5Tokenizer`, which
+encodes the same ids as the raw `tokenizers` file.
 
 The chat template (ChatML with Qwen3.x thinking blocks, simplified from Qwen3.6's) is in `chat_template.jinja`
 and, identical, in `tokenizer_config.json`; `enable_thinking` defaults to false. `generation_config.json`: greedy,
@@ -519,9 +534,11 @@ and, identical, in `tokenizer_config.json`; `enable_thinking` defaults to false.
 transformers' `Qwen3_5MoeForCausalLM`, seed {seed}, AdamW (lr {lr:g}, betas 0.9/0.98, weight decay {wd:g}, {warmup}
 warm-up steps then cosine), {steps} steps of {batch} fresh random problems ({plain_pct}% in the plain layout,
 the rest rendered by the chat template), loss on the answer tokens and their end token only (plus the router's
-load-balancing loss). {minutes:.1f} minutes on {device} with {threads} threads. Reproduce with
+load-balancing loss). The training loop took {minutes:.1f} minutes ({cpu_minutes:.1f} minutes of CPU time) on
+{device} with {threads} thread(s). Reproduce with
 
-    .venv/bin/python scripts/train_demo.py
+    .venv/bin/python scripts/train_demo.py             # 2 threads
+    .venv/bin/python scripts/train_demo.py --threads 1  # on a busy machine: far faster than oversubscribed threads
 """
 
 
@@ -551,6 +568,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--eval-every", type=int, default=0)
     args = parser.parse_args(argv)
 
+    start = time.time()
     args.out.mkdir(parents=True, exist_ok=True)
     task = load_demo_task()
     if args.digits:
@@ -574,13 +592,16 @@ def main(argv: list[str] | None = None) -> None:
     print(f"model: {n_params:,} parameters, layers {config.layer_types}", flush=True)
     args.eval_problems = task.make_problems(200, seed=999)
     batches = Batches(task, tok, ids, seed=args.seed + 1, plain_frac=args.plain_frac)
-    seconds = train(model, batches, args, lambda s: print(s, flush=True))
+    seconds, cpu_seconds = train(model, batches, args, lambda s: print(s, flush=True))
     model.eval()
     final = task.make_problems(500, seed=1234)
     acc = {mode: greedy_accuracy(model, tok, task, final, mode) for mode in task.MODES}
-    print(f"trained in {seconds:.0f}s; greedy accuracy on 500 problems: {acc}", flush=True)
-    save(model.cpu(), ids, args, n_params=n_params, seconds=seconds, acc=acc)
-    print(f"wrote {args.out}", flush=True)
+    print(
+        f"trained in {seconds:.0f}s ({cpu_seconds:.0f}s CPU); greedy accuracy on 500 problems: {acc}",
+        flush=True,
+    )
+    save(model.cpu(), ids, args, n_params=n_params, seconds=(seconds, cpu_seconds), acc=acc, task=task)
+    print(f"wrote {args.out} in {time.time() - start:.0f}s in all", flush=True)
 
 
 if __name__ == "__main__":
