@@ -10,6 +10,7 @@ import httpx
 import openai
 import pytest
 import torch
+from tokenizers import Tokenizer
 from transformers import AutoTokenizer
 
 from checkpoints import load_reference
@@ -407,3 +408,15 @@ def test_echo_scoring_survives_preemption_and_chunked_prefill(reference):
         want = expected[:-1].gather(1, targets[:, None])[:, 0]
         assert lp.token_logprobs[0] is None
         assert torch.allclose(torch.tensor(lp.token_logprobs[1:]), want, atol=TOL)
+
+
+def test_tokenizer_fixture_is_what_transformers_loads(tok):
+    """The fixture is only a valid stand-in if transformers (which rebuilds Qwen's pipeline from the vocab
+    and merges) and the ``tokenizers`` file agree on it."""
+    raw = Tokenizer.from_file(str(text_checkpoint() / "tokenizer.json"))
+    assert type(tok).__name__ == "Qwen3_5Tokenizer" and len(tok) == TOKENIZER_SIZE
+    assert tok.eos_token == "<|im_end|>"
+    for text in [*PROMPTS, "<|im_start|>user\nhi<|im_end|>\n", "Ünïcödé 🙂 中文\n\n  x", "it's 12 o'clock"]:
+        ids = tok.encode(text, add_special_tokens=False)
+        assert ids == raw.encode(text, add_special_tokens=False).ids, text
+        assert tok.decode(ids) == raw.decode(ids, skip_special_tokens=False) == text
