@@ -1,0 +1,120 @@
+"""Compile the GDN kernels for sm_90 without a GPU: compile errors, registers, spills, shared memory.
+
+``PYTHONPATH=src python -m hyserve.kernels.gated_delta_rule.aot_check`` (any machine with the Triton wheel,
+whose NVIDIA backend bundles ptxas). Arguments are specialised as the JIT does at launch (16-byte aligned
+pointers, strides and D divisible by 16), at the model's shapes (bf16). Caveats: the local Triton version
+may differ from the GPU's, and its ptxas may too (the register counts are indicative, not exact).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import tempfile
+import warnings
+
+import triton
+import triton.language as tl
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+
+from hyserve.kernels.causal_conv1d import triton_kernel as conv
+from hyserve.kernels.gated_delta_rule import triton_decode as dec
+from hyserve.kernels.gated_delta_rule import triton_prefill as pre
+from hyserve.kernels.gdn_decode_step import triton_kernel as step
+
+BF = "*bf16"
+F32 = "*fp32"
+
+
+def _resources(cubin: bytes) -> str:
+    tool = os.path.join(os.path.dirname(triton.__file__), "backends/nvidia/bin/cuobjdump")
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+        f.write(cubin)
+        f.flush()
+        out = subprocess.run([tool, "-res-usage", f.name], capture_output=True, text=True).stdout
+    line = next((x.strip() for x in out.splitlines() if "REG:" in x), "?")
+    return " ".join(p for p in line.split() if p.split(":")[0] in ("REG", "STACK", "SHARED"))
+
+
+def build(fn, types: dict, consts: dict, num_warps: int = 4, num_stages: int = 3, label: str = "") -> None:
+    sig = {n: "constexpr" if n in consts else types.get(n, "i32") for n in fn.arg_names}
+    attrs = {
+        (i,): [["tt.divisibility", 16]]
+        for i, n in enumerate(fn.arg_names)
+        if n not in consts
+        and (sig[n].startswith("*") or (sig[n] == "i32" and (n.startswith("stride") or n == "D")))
+    }
+    name = label or fn.__name__
+    try:
+        k = triton.compile(
+            ASTSource(fn, sig, constexprs=consts, attrs=attrs),
+            target=GPUTarget("cuda", 90, 32),
+            options={"num_warps": num_warps, "num_stages": num_stages},
+        )
+    except Exception as e:  # noqa: BLE001 - report and continue
+        print(f"FAIL {name}: {type(e).__name__}: {str(e)[:2000]}")
+        return
+    wgmma = k.asm["ttgir"].count("warp_group_dot")
+    print(
+        f"ok   {name:44s} warps={num_warps} smem={k.metadata.shared:6d} wgmma={wgmma:2d}  {_resources(k.asm['cubin'])}"
+    )
+
+
+def main() -> None:
+    warnings.filterwarnings("ignore")
+    gdn = dict(HV=32, G=2, K=128, V=128, BK=128, DT=tl.bfloat16, PREC="tf32")
+    cfg = pre._CONFIGS
+    prep_types = {"q_ptr": BF, "k_ptr": BF, "v_ptr": BF, "g_ptr": F32, "beta_ptr": BF, "cu_ptr": "*i32", "w_ptr": BF,
+                  "u_ptr": BF, "cum_ptr": F32, "rk_ptr": F32, "aqk_ptr": BF, "qs_ptr": F32, "scale": "fp32"}  # fmt: skip
+    for fused in (1, 0):
+        build(pre._prepare_kernel, prep_types, {**gdn, "BV": 128, "BN": 16, "FUSED": fused},
+              cfg["prepare"]["num_warps"], label=f"prefill prepare FUSED={fused}")  # fmt: skip
+    so_types = {"q_ptr": BF, "k_ptr": BF, "w_ptr": BF, "u_ptr": BF, "cum_ptr": F32, "rk_ptr": F32, "aqk_ptr": BF,
+                "qs_ptr": F32, "cu_ptr": "*i32", "state_ptr": F32, "idx_ptr": "*i64", "init_ptr": "*i8", "o_ptr": BF}  # fmt: skip
+    c = cfg["state_output"]
+    build(pre._state_output_kernel, so_types, {**gdn, "BV": c["BV"]}, c["num_warps"], c["num_stages"],
+          label=f"prefill state_output BV={c['BV']}")  # fmt: skip
+    st_types = {"k_ptr": BF, "w_ptr": BF, "u_ptr": BF, "cum_ptr": F32, "rk_ptr": F32, "cu_ptr": "*i32", "state_ptr": F32,
+                "idx_ptr": "*i64", "init_ptr": "*i8", "h_ptr": BF, "vnew_ptr": BF}  # fmt: skip
+    c = cfg["state"]
+    build(pre._state_kernel, st_types, {**gdn, "BV": c["BV"], "BN": 16}, c["num_warps"], c["num_stages"],
+          label=f"prefill state (unfused) BV={c['BV']}")  # fmt: skip
+    out_types = {"q_ptr": BF, "k_ptr": BF, "cum_ptr": F32, "rk_ptr": F32, "h_ptr": BF, "vnew_ptr": BF, "o_ptr": BF,
+                 "cu_ptr": "*i32", "scale": "fp32"}  # fmt: skip
+    c = cfg["output"]
+    build(pre._output_kernel, out_types, {**gdn, "BV": c["BV"], "BN": 16}, c["num_warps"],
+          label=f"prefill output (unfused) BV={c['BV']}")  # fmt: skip
+    dec_types = {"q_ptr": BF, "k_ptr": BF, "v_ptr": BF, "g_ptr": F32, "beta_ptr": BF, "state_ptr": F32,
+                 "idx_ptr": "*i64", "o_ptr": BF, "scale": "fp32"}  # fmt: skip
+    for _, bv, w in dec._CONFIGS:
+        build(
+            dec._decode_kernel,
+            dec_types,
+            dict(HV=32, G=2, K=128, V=128, BK=128, BV=bv),
+            w,
+            label=f"decode BV={bv}",
+        )
+    step_types = {"x_ptr": BF, "z_ptr": BF, "a_ptr": BF, "b_ptr": BF, "convw_ptr": BF, "alog_ptr": BF, "dtb_ptr": BF,
+                  "normw_ptr": BF, "conv_ptr": BF, "ssm_ptr": F32, "idx_ptr": "*i64", "o_ptr": BF, "cnt_qk_ptr": "*i32",
+                  "cnt_o_ptr": "*i32", "eps": "fp32", "scale": "fp32"}  # fmt: skip
+    for _, bv, w in step._CONFIGS:
+        consts = dict(H=16, HV=32, G=2, K=128, V=128, W=4, BK=128, BV=bv, BVF=128, NV=128 // bv, NW_DT=tl.bfloat16,
+                      EARLY_STATE=bv < 128)  # fmt: skip
+        build(step._gdn_decode_step_kernel, step_types, consts, w, label=f"gdn_decode_step BV={bv}")
+    conv_types = {
+        "x_ptr": BF,
+        "w_ptr": BF,
+        "cs_ptr": BF,
+        "cu_ptr": "*i32",
+        "idx_ptr": "*i64",
+        "init_ptr": "*i8",
+        "out_ptr": BF,
+    }
+    c = conv._CONFIG
+    build(conv._conv_prefill_kernel, conv_types, dict(W=4, BT=c["BT"], BD=c["BD"], BN=16), c["num_warps"],
+          label=f"conv prefill BT={c['BT']} BD={c['BD']}")  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()
