@@ -61,8 +61,9 @@ class RequestResult:
 
 
 def random_prompt(rng: random.Random, length: int, vocab_size: int) -> list[int]:
-    """``length`` token ids drawn uniformly from ``[MIN_TOKEN_ID, vocab_size)``."""
-    return rng.choices(range(MIN_TOKEN_ID, vocab_size), k=length)
+    """``length`` token ids drawn uniformly from ``[MIN_TOKEN_ID, vocab_size)`` (the upper half of a vocabulary
+    smaller than ``2 * MIN_TOKEN_ID``, so tiny test models can be benchmarked too)."""
+    return rng.choices(range(min(MIN_TOKEN_ID, vocab_size // 2), vocab_size), k=length)
 
 
 def completion_payload(model: str, prompt: list[int], max_tokens: int) -> dict[str, Any]:

@@ -1,0 +1,37 @@
+"""``hyserve bench`` against hyserve's own server on the CPU: table, JSON and plot."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from hyserve.bench import run_bench
+from server_harness import MODEL_NAME, BackgroundServer, text_checkpoint
+from test_bench import parse
+from tokenizer_fixture import CHECKPOINT_VOCAB
+
+
+def test_bench_against_the_hyserve_server(tmp_path: Path, capsys) -> None:
+    out = tmp_path / "bench"
+    model_dir = text_checkpoint()
+    with BackgroundServer(model_dir) as server:
+        args = parse(
+            *("--url", server.url, "--model", MODEL_NAME, "--out", str(out), "--no-progress"),
+            *("--vocab-size", str(CHECKPOINT_VOCAB), "--warmup", "1", "--scenario", "all"),
+            *("--prompt-len", "12", "--output-len", "6", "--num-prompts", "6", "--concurrency", "1,3"),
+            *("--prompt-lens", "8,40", "--ttft-reps", "2", "--ttft-output-len", "1"),
+            *("--model-dir", str(model_dir), "--gpu", "h200"),
+        )
+        assert run_bench(args) == 0
+        engine = server.engine
+        assert not engine.requests
+        assert engine.cache_manager.num_free_blocks == engine.cache_manager.config.num_blocks
+    table = capsys.readouterr().out
+    assert "throughput" in table and "ttft" in table and "decode" in table and "roofline" in table
+    report = json.loads((out / "results.json").read_text())
+    rows = {r["label"]: r for r in report["results"]}
+    for row in report["results"]:
+        assert row["ok"] and row["failed"] == 0 and row["missing_usage"] == 0
+        assert row["output_tokens"] == row["num_requests"] * row["output_len"]
+    assert rows["throughput c=3"]["output_tok_s"] > 0
+    assert (out / "throughput.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
