@@ -86,9 +86,29 @@ def candidates(T: int, bm: int, quick: bool) -> dict[str, list[dict]]:
         )
         if T <= 128:
             out["reduce"] = _cross(_grid(BLOCK_H=[16, 32], BLOCK_K=[256, 512]), _ws([(4, 6), (4, 8)]))
+    out = {k: [c for c in v if _fits(k, bm, c)] for k, v in out.items()}
     if quick:
         out = {k: v[:: max(1, len(v) // 6)] for k, v in out.items()}
     return out
+
+
+def _fits(kind: str, bm: int, c: dict) -> bool:
+    """Drop configs that cannot fit the 227 KB of shared memory (pipelined tiles, stages - 1 buffers) or
+    that spill for sure (a [128, >=64] x2 accumulator on 4 warps) - checked by compiling for sm_90."""
+    if bm < 16:
+        return True
+    stages = c["num_stages"] - 1
+    if kind == "gate_up":
+        tile = bm * c["BLOCK_K"] + 2 * c["BLOCK_K"] * c["BLOCK_I"]
+        if bm >= 128 and c["num_warps"] < 8:
+            return False
+    elif kind == "scatter":
+        tile = bm * c["BLOCK_K"] + c["BLOCK_K"] * c["BLOCK_H"]
+        if bm >= 128 and c["BLOCK_H"] >= 256 and c["num_warps"] < 8:
+            return False
+    else:
+        tile = 0
+    return stages * tile * 2 <= 227 * 1024
 
 
 # --------------------------------------------------------------------------- shared by workers and timing
