@@ -1,6 +1,6 @@
 """Sweep the fused-MoE tile plans on the H200 and write ``configs/E256_H2048_I512_bfloat16.json``.
 
-``PYTHONPATH=src python3 -m hyserve.kernels.moe.tune [--tokens 1,2,...] [--jobs 16] [--quick] [--out PATH]``
+``PYTHONPATH=src python3 -m hyserve.kernels.moe.tune [--tokens 1,2,...] [--jobs 16] [--quick] [--out PATH] [--merge]``
 
 Per token bucket T in {1, 2, 4, ..., 8192}: for each candidate block_m (GEMV block_m = T for T <= 8,
 16 for decode, ~tokens-per-expert for prefill) the routing is computed once, then every gate_up config
@@ -326,6 +326,7 @@ def main() -> None:
     ap.add_argument("--jobs", type=int, default=min(16, os.cpu_count() or 1))
     ap.add_argument("--quick", action="store_true", help="about 1/6 of the configs")
     ap.add_argument("--out", default=None, help="default: configs/E256_H2048_I512_bfloat16.json")
+    ap.add_argument("--merge", action="store_true", help="keep the other buckets of a tuned --out file")
     a = ap.parse_args()
     tokens = tuple(int(t) for t in a.tokens.split(","))
     t0 = time.time()
@@ -350,6 +351,14 @@ def main() -> None:
         "timings_us": {str(k): v for k, v in timings.items()},
     }
     out = a.out or str(config_path(E, H, I, torch.bfloat16))
+    if a.merge and os.path.exists(out):
+        with open(out) as f:
+            old = json.load(f)
+        if old.get("tuned"):
+            data["buckets"] = {**old.get("buckets", {}), **data["buckets"]}
+            data["timings_us"] = {**old.get("timings_us", {}), **data["timings_us"]}
+            data["buckets"] = dict(sorted(data["buckets"].items(), key=lambda kv: int(kv[0])))
+            data["timings_us"] = dict(sorted(data["timings_us"].items(), key=lambda kv: int(kv[0])))
     os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
     with open(out, "w") as f:
         json.dump(data, f, indent=1)
