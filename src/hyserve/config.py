@@ -8,7 +8,7 @@ Accepts the multimodal top-level config (``Qwen3_5MoeForConditionalGeneration``,
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -59,7 +59,6 @@ class ModelConfig:
     pad_token_id: int | None = None
     mtp_num_hidden_layers: int = 0
     architecture: str = ""  # the checkpoint's architectures[0], informational
-    extra: dict[str, Any] = field(default_factory=dict, compare=False, hash=False, repr=False)
 
     @property
     def is_moe(self) -> bool:
@@ -172,7 +171,6 @@ class ModelConfig:
             pad_token_id=text.get("pad_token_id"),
             mtp_num_hidden_layers=int(text.get("mtp_num_hidden_layers", 0)),
             architecture=(raw.get("architectures") or [""])[0],
-            extra={"rope_parameters": rope},
         )
         if model_type == "qwen3_5_moe":
             common.update(

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -45,7 +45,6 @@ class EngineArgs:
     async_scheduling: bool = True  # launch the next decode step before reading the previous one's tokens
     cuda_graph_sizes: list[int] | None = None  # decode batch sizes to capture (default: up to max_num_seqs)
     progress: bool = True
-    extra: dict[str, Any] = field(default_factory=dict)
 
     def resolved_device(self) -> torch.device:
         name = self.device or ("cuda" if torch.cuda.is_available() else "cpu")

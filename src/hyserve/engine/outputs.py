@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 # per token: (logprob of the token, [(alternative token id, logprob)] best first)
 TokenLogprob = tuple[float, list[tuple[int, float]]]
@@ -35,5 +35,3 @@ class RequestOutput:
     prompt: str | None = None
     prompt_logprobs: list[TokenLogprob | None] | None = None  # one per prompt token; None for the first
     num_preemptions: int = 0
-    error: str | None = None  # set when the request failed inside the engine
-    extra: dict = field(default_factory=dict)
