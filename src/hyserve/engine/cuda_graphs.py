@@ -141,7 +141,7 @@ class DecodeGraphs:
             if input_tokens is None:
                 ids.append(seq.output_token_ids[out_idx] if out_idx >= 0 else seq.prompt_token_ids[p])
             pos.append(p)
-            slots.append(seq.block_table[p // bs] * bs + p % bs)
+            slots.append(seq.kv_slot(p, bs))
             lens.append(p + 1)
             states.append(seq.state_slot)
             tables.append(seq.block_table + [self.spare_block] * (width - len(seq.block_table)))

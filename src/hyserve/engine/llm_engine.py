@@ -287,10 +287,7 @@ class LLMEngine:
             p = seq.params
             if p.needs_penalties or seq.status.finished:
                 return None  # penalties need the token the host has not seen yet
-            n_out = len(seq.output_token_ids) + 1  # counting the token in flight
-            if (
-                p.max_tokens is not None and n_out >= p.max_tokens
-            ) or seq.num_tokens + 1 >= self.max_model_len:
+            if self._length_reached(seq, in_flight=1):
                 continue
             if not self.cache_manager.can_allocate(seq, seq.num_computed_tokens + 1):
                 return None
@@ -339,6 +336,14 @@ class LLMEngine:
             outputs.append(self._output(req, finished))
         return outputs
 
+    def _length_reached(self, seq: Sequence, in_flight: int = 0) -> bool:
+        """``seq`` has reached max_tokens or the model length, counting ``in_flight`` tokens not yet appended."""
+        max_tokens = seq.params.max_tokens
+        n_out = len(seq.output_token_ids) + in_flight
+        return (
+            max_tokens is not None and n_out >= max_tokens
+        ) or seq.num_tokens + in_flight >= self.max_model_len
+
     def _check_stop(self, seq: Sequence, detok: IncrementalDetokenizer) -> None:
         p = seq.params
         token = seq.output_token_ids[-1]
@@ -353,9 +358,7 @@ class LLMEngine:
         stop_str = detok.update(shown)
         if status is None and stop_str is not None and n_out >= p.min_tokens:
             status, seq.stop_reason = SequenceStatus.FINISHED_STOPPED, stop_str
-        if status is None and (
-            (p.max_tokens is not None and n_out >= p.max_tokens) or seq.num_tokens >= self.max_model_len
-        ):
+        if status is None and self._length_reached(seq):
             status = SequenceStatus.FINISHED_LENGTH
         if status is not None:
             detok.flush(shown)

@@ -149,7 +149,7 @@ class ModelRunner:
             table = seq.block_table
             for pos in range(start, start + n):
                 positions.append(pos)
-                slots.append(table[pos // block_size] * block_size + pos % block_size)
+                slots.append(seq.kv_slot(pos, block_size))
             if all_logits or seq.wants_prompt_logprobs:
                 logits_rows.extend(range(cu[-1], cu[-1] + n))
             elif entry.sample:

@@ -60,6 +60,10 @@ class Sequence:
     def num_prompt_tokens(self) -> int:
         return len(self.prompt_token_ids)
 
+    def kv_slot(self, pos: int, block_size: int) -> int:
+        """The flat KV-cache slot of this sequence's token at position ``pos``."""
+        return self.block_table[pos // block_size] * block_size + pos % block_size
+
     @property
     def num_uncomputed(self) -> int:
         return self.num_tokens - self.num_computed_tokens
