@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# The issue-4 table through HTTP on the H200: start `hyserve serve` on dummy weights (start-up timed, graph
+# capture included), then `hyserve bench` decode (128 in, 512 out), ttft (128/1024/4096) and throughput
+# (128 requests, 32 in flight, 1024 in, 512 out). Needs the server wheels: carry .whl (README "On the H200").
+# usage: bash scripts/device/serve_bench.sh [extra hyserve serve flags]
+set -u
+export PYTHONUNBUFFERED=1
+OUT=${OUT:-/tmp/out}
+M=configs/Qwen3.6-35B-A3B
+PORT=8011
+t0=$(date +%s%N)
+python3 -m hyserve serve --model $M --load-format dummy --port $PORT --disable-uvicorn-access-log "$@" \
+  > "$OUT/server.log" 2>&1 &
+pid=$!
+for _ in $(seq 1 240); do
+  python3 -c "import urllib.request as u; u.urlopen('http://127.0.0.1:$PORT/v1/models', timeout=2)" \
+    2> /dev/null && break
+  kill -0 $pid 2> /dev/null || { echo "server died"; tail -n 30 "$OUT/server.log"; exit 1; }
+  sleep 0.5
+done
+echo "server ready after $(( ($(date +%s%N) - t0) / 1000000 )) ms"
+grep -E "model ready|graph capture took|cache:" "$OUT/server.log"
+bench() {
+  local name=$1; shift
+  timeout 300 python3 -m hyserve bench --url "http://127.0.0.1:$PORT" --model-dir $M --gpu h200 \
+    --no-progress --out "$OUT/bench_$name" "$@" > "$OUT/bench_$name.log" 2>&1
+  echo "== bench $name rc=$?"; tail -n 8 "$OUT/bench_$name.log"
+}
+bench decode --scenario decode
+bench ttft --scenario ttft --ttft-reps 5
+bench c32 --scenario throughput --concurrency 32 --num-prompts 128 --warmup 0
+kill -TERM $pid; wait $pid
+echo "server exit rc=$?"

@@ -1,0 +1,94 @@
+"""Where one decode step's time goes: kernels of graph-replayed decode steps, by name, per step.
+
+usage: python scripts/profile_decode.py --model DIR [--load-format dummy] [--batch 1,32] [--steps 20]
+       [--trace-dir DIR]
+
+For each batch size: prefill, settle into decode, time ``--steps`` steps (wall clock, like the engine
+runs them), then profile as many steps with ``torch.profiler`` (CUPTI reports each kernel of a replayed
+graph). Prints per kernel name: launches per step, microseconds per step, share of the step; then the
+sum of kernel time against the step time (the rest is gaps between kernels and host waits). With
+``--trace-dir`` the Chrome trace of each batch size is written there (the kernel order shows which op
+each kernel belongs to).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import time
+from collections import defaultdict
+
+import torch
+from torch.profiler import ProfilerActivity, profile
+
+from hyserve import SamplingParams
+from hyserve.engine.args import add_engine_arguments, engine_args_from
+from hyserve.llm import LLM
+
+
+def _sync(engine) -> None:
+    if engine.device.type == "cuda":
+        torch.cuda.synchronize(engine.device)
+
+
+def _run_steps(engine, n: int) -> float:
+    _sync(engine)
+    t0 = time.perf_counter()
+    for _ in range(n):
+        engine.step()
+    _sync(engine)
+    return (time.perf_counter() - t0) / n
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    add_engine_arguments(parser, model_required=True)
+    parser.add_argument("--batch", default="1,32")
+    parser.add_argument("--prompt-len", type=int, default=128)
+    parser.add_argument("--steps", type=int, default=20)
+    parser.add_argument("--top", type=int, default=25, help="kernel names to list per batch size")
+    parser.add_argument("--trace-dir", default=None)
+    ns = parser.parse_args()
+    llm = LLM.from_engine_args(engine_args_from(ns))
+    engine = llm.engine
+    gen = torch.Generator().manual_seed(0)
+    high = min(engine.config.vocab_size, 248044)
+    summary = []
+    for b in [int(x) for x in ns.batch.split(",")]:
+        params = SamplingParams(temperature=0.0, max_tokens=3 * ns.steps + 16, ignore_eos=True)
+        for i in range(b):
+            engine.add_request(
+                f"prof-{b}-{i}", torch.randint(0, high, (ns.prompt_len,), generator=gen).tolist(), params
+            )
+        while engine.scheduler.waiting:  # prefill every prompt
+            engine.step()
+        _run_steps(engine, 4)
+        step_ms = _run_steps(engine, ns.steps) * 1e3
+        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+            _run_steps(engine, ns.steps)
+        while engine.has_unfinished_requests():
+            engine.step()
+        per_name: dict[str, list[float]] = defaultdict(lambda: [0, 0.0])
+        for ev in prof.events():
+            if ev.device_type == torch.autograd.DeviceType.CUDA and ev.device_time > 0:
+                row = per_name[ev.name]
+                row[0] += 1
+                row[1] += ev.device_time
+        kernel_us = sum(r[1] for r in per_name.values()) / ns.steps
+        print(f"\n== batch {b}: step {step_ms:.3f} ms wall, kernels {kernel_us / 1e3:.3f} ms per step")
+        print(f"{'launches':>8} {'us/step':>9} {'share':>6}  kernel")
+        for name, (count, us) in sorted(per_name.items(), key=lambda kv: -kv[1][1])[: ns.top]:
+            share = us / ns.steps / (step_ms * 1e3)
+            print(f"{count / ns.steps:8.1f} {us / ns.steps:9.1f} {share:6.1%}  {name[:110]}")
+        launches = sum(r[0] for r in per_name.values()) / ns.steps
+        summary.append((b, step_ms, kernel_us / 1e3, launches))
+        if ns.trace_dir:
+            os.makedirs(ns.trace_dir, exist_ok=True)
+            prof.export_chrome_trace(os.path.join(ns.trace_dir, f"decode_b{b}.json"))
+    print(f"\n{'batch':>5} {'step ms':>8} {'kernel ms':>9} {'gaps ms':>8} {'launches':>8} {'tok/s':>8}")
+    for b, step, kern, launches in summary:
+        print(f"{b:>5} {step:8.3f} {kern:9.3f} {step - kern:8.3f} {launches:8.0f} {b / step * 1e3:8.1f}")
+
+
+if __name__ == "__main__":
+    main()
