@@ -12,6 +12,7 @@ from hyserve.kernels.dispatch import reference_only, use_reference
 from hyserve.kernels.gated_delta_rule import gated_delta_rule_decode, gated_delta_rule_prefill
 from hyserve.kernels.gated_rmsnorm import gated_rms_norm
 from hyserve.kernels.gdn_decode_step import gdn_decode_step
+from hyserve.kernels.linear import linear
 from hyserve.kernels.moe import fused_moe
 from hyserve.kernels.qk_norm_rope import qk_norm_rope, rope_cos_sin
 from hyserve.kernels.rmsnorm import rms_norm
@@ -24,6 +25,7 @@ __all__ = [
     "gated_delta_rule_prefill",
     "gated_rms_norm",
     "gdn_decode_step",
+    "linear",
     "paged_attention",
     "qk_norm_rope",
     "reference_only",

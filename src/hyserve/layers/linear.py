@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
+from hyserve import kernels as ops
 from hyserve.layers.sources import WeightSource, set_sources
 
 
@@ -28,7 +28,7 @@ class Linear(nn.Module):
             set_sources(self, "weight", [layout])
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return F.linear(x, self.weight)
+        return ops.linear(x, self.weight)
 
     def extra_repr(self) -> str:
         return f"in={self.in_features}, out={self.out_features}"

@@ -5,7 +5,9 @@ of the layer: gate_up is E x N=2I x K=H, down is E x N=H x K=I). The file maps a
 (the smallest bucket >= T is used; past the largest, the largest) to one plan:
 
     {"block_m": 16,                 # rows per expert block: shared by the routing, gate_up and down
-     "down_mode": "reduce",         # "reduce" (decode kernel, T <= 128) or "scatter" (prefill kernels)
+     "down_mode": "reduce",         # "reduce" (decode kernel, T <= 128), "scatter" (prefill kernels) or
+                                    # "pairs" (few tokens: triton_pairs; its "down" has BLOCK_H, BLOCK_I,
+                                    # "router_be" sets the fused router's experts per program)
      "fused_router": true,          # optional: router GEMV fused into the routing kernel (T*k <= 1024)
      "gate_up": {"BLOCK_I": 16, "BLOCK_K": 256, "num_warps": 4, "num_stages": 4},
      "down": {"BLOCK_H": 16, "BLOCK_K": 128, "num_warps": 4, "num_stages": 4}}
@@ -75,6 +77,12 @@ def default_plan(T: int, E: int, H: int, inter: int, top_k: int) -> dict:
 def fit_plan(plan: dict, H: int, inter: int) -> dict:
     """Clamp tile sizes to the problem (small test shapes); never below 16 where a tl.dot takes them."""
     gu, dn = dict(plan["gate_up"]), dict(plan["down"])
+    if plan["down_mode"] == "pairs":  # GEMV kernels: any power of two fits
+        gu["BLOCK_I"] = _clamp(gu["BLOCK_I"], inter, 1)
+        gu["BLOCK_K"] = _clamp(gu["BLOCK_K"], H, 16)
+        dn["BLOCK_H"] = _clamp(dn["BLOCK_H"], H, 1)
+        dn["BLOCK_I"] = _clamp(dn["BLOCK_I"], inter, 16)
+        return dict(plan, gate_up=gu, down=dn)
     f = 16 if plan["block_m"] >= 16 else 1
     gu["BLOCK_I"] = _clamp(gu["BLOCK_I"], inter, f)
     gu["BLOCK_K"] = _clamp(gu["BLOCK_K"], H, 16)

@@ -224,13 +224,14 @@ def _router_route_kernel(
     HAS_SHARED: tl.constexpr,
     USE_DOT: tl.constexpr,
     DOT_PREC: tl.constexpr,
+    GROUP: tl.constexpr,
 ):
     """Grid (cdiv(E, BE),): the router GEMV fused with the small routing (decode, one launch).
 
     Program p computes the logits of experts [p*BE, (p+1)*BE) for all T tokens (fp32 accumulation,
     rounded through x's dtype like ``F.linear``) into ``scratch [TP, EP]`` fp32, then takes a ticket
     from ``counter`` (acq_rel atomic, after a CTA barrier: the classic last-block reduction); the
-    program that draws the last ticket sees every logit, routes and groups, and resets the counter
+    program that draws the last ticket sees every logit, routes (and groups, with GROUP), and resets the counter
     to 0 for the next launch (CUDA-graph replays included). The result does not depend on which
     program finishes last. The counter is per (device, stream), so concurrent streams cannot mix."""
     pid = tl.program_id(0)
@@ -265,25 +266,33 @@ def _router_route_kernel(
             cache_modifier=".cg",
         )
         logits = tl.where(cols[None, :] < E, logits, float("-inf"))
-        _group_small(
-            logits,
-            rows,
-            cols,
-            T,
-            E,
-            MAXB,
-            ids_ptr,
-            w_ptr,
-            sorted_ptr,
-            meta_ptr,
-            K,
-            KP,
-            TP,
-            EP,
-            BLOCK_M,
-            ROUND,
-            HAS_SHARED,
-        )
+        if GROUP:
+            _group_small(
+                logits,
+                rows,
+                cols,
+                T,
+                E,
+                MAXB,
+                ids_ptr,
+                w_ptr,
+                sorted_ptr,
+                meta_ptr,
+                K,
+                KP,
+                TP,
+                EP,
+                BLOCK_M,
+                ROUND,
+                HAS_SHARED,
+            )
+        else:  # top-k only (the pairs path)
+            kc = tl.arange(0, KP)
+            ids, w = _softmax_topk(logits, cols, E, K, KP, ROUND)
+            valid = rmask[:, None] & (kc[None, :] < K)
+            pair = rows[:, None] * K + kc[None, :]
+            tl.store(ids_ptr + pair, ids, mask=valid)
+            tl.store(w_ptr + pair, w, mask=valid)
         tl.store(counter_ptr, 0)
 
 
@@ -471,6 +480,26 @@ def route_and_align_fused(
     x: torch.Tensor, gate_weight: torch.Tensor, top_k: int, block_m: int, with_shared: bool
 ) -> Routing:
     """Router GEMV + routing + grouping in one launch (``_router_route_kernel``); needs small_routing."""
+    return _router_route(x, gate_weight, top_k, block_m, with_shared, group=True)
+
+
+def route_topk_fused(
+    x: torch.Tensor, gate_weight: torch.Tensor, top_k: int, block_e: int | None = None
+) -> Routing:
+    """Router GEMV + softmax/top-k in one launch, no grouping (``sorted_pairs``/``meta`` left unset: the
+    pairs path reads only ``topk_ids``/``topk_weights``). ``block_e``: experts per program (grid E/block_e)."""
+    return _router_route(x, gate_weight, top_k, 16, False, group=False, block_e=block_e)
+
+
+def _router_route(
+    x: torch.Tensor,
+    gate_weight: torch.Tensor,
+    top_k: int,
+    block_m: int,
+    with_shared: bool,
+    group: bool,
+    block_e: int | None = None,
+) -> Routing:
     T, H = x.shape
     E = gate_weight.shape[0]
     dev = x.device
@@ -482,13 +511,13 @@ def route_and_align_fused(
     if use_dot:
         be, bk = 16, 128
     else:
-        be = 8
+        be = block_e or 8
         bk = max(64, 8192 // (TP * be))
     n = T * top_k
-    mb = max_blocks(T, E, top_k, block_m, with_shared)
+    mb = max_blocks(T, E, top_k, block_m, with_shared) if group else 1
     ids = empty((T, top_k), torch.int32, dev)
     w = empty((T, top_k), torch.float32, dev)
-    sorted_pairs = empty((n,), torch.int32, dev)
+    sorted_pairs = empty((n if group else 1,), torch.int32, dev)
     meta = empty((3 * mb + 1,), torch.int32, dev)
     scratch = empty((TP, EP), torch.float32, dev)
     launch(
@@ -519,6 +548,7 @@ def route_and_align_fused(
         HAS_SHARED=with_shared,
         USE_DOT=use_dot,
         DOT_PREC="ieee" if x.dtype == torch.float32 else "tf32",
+        GROUP=group,
         num_warps=8 if TP * EP >= 4096 else 4,
     )
     return Routing(ids, w, sorted_pairs, meta, mb, block_m)

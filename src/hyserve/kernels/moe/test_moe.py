@@ -1,6 +1,6 @@
 """Fused MoE: reference vs a float64 per-token formula; Triton routing/grouping vs torch; every Triton path
 (decode "reduce" with tensor-core dots, GEMV block_m < 16, prefill "scatter" with the multi-kernel
-grouping) vs the reference on fresh random inputs with NaN-poisoned outputs and workspaces.
+grouping, the few-token "pairs" path) vs the reference on fresh random inputs with NaN-poisoned outputs and workspaces.
 
 CPU: TRITON_INTERPRET=1, small odd shapes, fp32 (ieee dots). CUDA: the same small fp32 tests compiled,
 plus the real shapes (E=256, k=8,
@@ -118,6 +118,19 @@ def small_plan(block_m: int, mode: str, E: int = 8, H: int = 48, I: int = 40) ->
     return fit_plan(p, H, I)
 
 
+def pairs_plan(fused_router: bool = False, H: int = 48, I: int = 40) -> dict:
+    """The few-token path with tiles smaller than the small test dims (masked tails, several K loops)."""
+    p = {
+        "block_m": 1,
+        "down_mode": "pairs",
+        "fused_router": fused_router,
+        "router_be": 4,
+        "gate_up": {"BLOCK_I": 16, "BLOCK_K": 32},
+        "down": {"BLOCK_H": 16, "BLOCK_I": 16},
+    }
+    return fit_plan(p, H, I)
+
+
 def run_triton(d: dict, top_k: int, plan: dict | None = None, force_large: bool = False) -> torch.Tensor:
     from hyserve.kernels.moe.triton_moe import fused_moe_triton
 
@@ -201,6 +214,18 @@ def test_routing_and_grouping(T: int, mode: str) -> None:
     assert got == blocks
 
 
+@pytest.mark.parametrize("block_e", [None, 4])
+def test_route_topk_fused(block_e: int | None) -> None:
+    from hyserve.kernels.moe import routing
+
+    d = make_inputs(3, **SMALL, seed=11)
+    rt = routing.route_topk_fused(d["x"], d["gate_weight"], 3, block_e)
+    assert int(routing._counter(d["x"].device).item()) == 0
+    w_ref, ids_ref = route_reference(d["x"], d["gate_weight"], 3)
+    assert torch.equal(rt.topk_ids.long(), ids_ref)
+    torch.testing.assert_close(rt.topk_weights, w_ref.float(), rtol=1e-5, atol=1e-6)
+
+
 def test_route_topk_only() -> None:
     from hyserve.kernels.moe.routing import route_topk
 
@@ -219,6 +244,8 @@ PATHS = {
     "decode_fused_router": lambda T: (dict(small_plan(16, "reduce"), fused_router=True), False),
     "gemv": lambda T: (small_plan(1 if T == 1 else 8, "reduce"), False),
     "prefill": lambda T: (small_plan(16, "scatter"), True),
+    "pairs": lambda T: (pairs_plan(), False),
+    "pairs_fused_router": lambda T: (pairs_plan(fused_router=True), False),
 }
 
 
@@ -263,6 +290,10 @@ def test_triton_variants(variant: str, monkeypatch) -> None:
     d = make_inputs(T, **SMALL, seed=7, **kw)
     plan = None if variant == "default_plan" else small_plan(16, "reduce")
     out = run_triton(d, top_k, plan)
+    if variant in ("no_shared", "no_shared_gate", "shared_other_width"):
+        pairs = run_triton(d, top_k, pairs_plan())
+        assert not pairs.isnan().any()
+        assert max_rel_err(pairs, out) < 1e-5
     ref = fused_moe_reference(
         d["x"],
         d["gate_weight"],
@@ -295,18 +326,28 @@ def test_dispatch(monkeypatch) -> None:
 # ----------------------------------------------------------------------------- real shapes (CUDA)
 
 
+PAIRS_REAL = {
+    "block_m": 1,
+    "down_mode": "pairs",
+    "gate_up": {"BLOCK_I": 16, "BLOCK_K": 512, "num_warps": 4},
+    "down": {"BLOCK_H": 8, "BLOCK_I": 128, "num_warps": 4},
+}
+
+
 @pytest.mark.skipif(not CUDA, reason="needs CUDA")
 @pytest.mark.parametrize("T", [1, 3, 8, 32, 64, 200, 1024])
-@pytest.mark.parametrize("path", ["auto", "unfused_router", "gemv", "prefill"])
+@pytest.mark.parametrize("path", ["auto", "unfused_router", "gemv", "prefill", "pairs"])
 def test_real_shapes_cuda(T: int, path: str) -> None:
     E, top_k, H, I = 256, 8, 2048, 512
-    if path in ("gemv", "unfused_router") and T > 64:
+    if path in ("gemv", "unfused_router", "pairs") and T > 64:
         pytest.skip("decode variants")
     d = make_inputs(T, E, H, I, dtype=torch.bfloat16, device="cuda", realistic=True, seed=T)
     if path == "auto":
         plan, force = None, False
     elif path == "unfused_router":
         plan, force = dict(get_plan(T, E, H, I, top_k, torch.bfloat16), fused_router=False), False
+    elif path == "pairs":
+        plan, force = fit_plan(dict(PAIRS_REAL, fused_router=T <= 8), H, I), False
     elif path == "gemv":
         plan = fit_plan(dict(get_plan(T, E, H, I, top_k, torch.bfloat16), block_m=1 if T == 1 else 4), H, I)
         plan["down_mode"] = "reduce"

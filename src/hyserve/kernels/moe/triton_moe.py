@@ -11,7 +11,9 @@ Pipeline per call (T tokens, k slots, E experts, the shared expert as "expert E"
    slice of all tokens and streams every touched expert's down weights once) or
    ``triton_prefill.down_scatter_sum`` (grouped GEMM writing per-pair rows, then a k+1-row sum).
 
-3 launches at decode (4 without the fused router), no host syncs (CUDA-graph safe), deterministic (no atomics). Tile plans come from
+At T <= a few tokens the plan may pick ``"down_mode": "pairs"`` instead (``triton_pairs``: top-k only, then
+one gate_up and one down kernel over the (token, expert) pairs, no grouping). 3 launches at decode (4
+without the fused router), no host syncs (CUDA-graph safe), deterministic (no atomics). Tile plans come from
 ``configs.get_plan`` (JSON per shape, by token bucket). T above PREFILL_CHUNK runs in chunks to bound
 the [T*(k+1), H] intermediate of the prefill path.
 """
@@ -23,9 +25,16 @@ import torch.nn.functional as F
 
 from hyserve.kernels.activation.reference import silu_and_mul_reference
 from hyserve.kernels.moe.configs import get_plan
-from hyserve.kernels.moe.routing import route_and_align, route_and_align_fused, small_routing
+from hyserve.kernels.moe.routing import (
+    route_and_align,
+    route_and_align_fused,
+    route_topk,
+    route_topk_fused,
+    small_routing,
+)
 from hyserve.kernels.moe.triton_decode import MAX_REDUCE_TOKENS, down_reduce
 from hyserve.kernels.moe.triton_gate_up import gate_up
+from hyserve.kernels.moe.triton_pairs import down_pairs, gate_up_pairs
 from hyserve.kernels.moe.triton_prefill import down_scatter_sum
 
 PREFILL_CHUNK = 8192
@@ -75,21 +84,59 @@ def fused_moe_triton(
     fuse_shared = has_shared and shared_gate_up.shape == (two_i, H) and shared_down.shape == (H, inter)
     if plan is None:
         plan = get_plan(T, E, H, inter, top_k, x.dtype)
+    sgu, sd = (shared_gate_up, shared_down) if fuse_shared else (None, None)
+    sg = shared_expert_gate if fuse_shared else None
+    target = out if (fuse_shared or not has_shared) else None
+    if plan["down_mode"] == "pairs":
+        if plan.get("fused_router") and small_routing(T, E, top_k) and not force_large_routing:
+            rt = route_topk_fused(x, gate_weight, top_k, plan.get("router_be"))
+            ids, weights = rt.topk_ids, rt.topk_weights
+        else:
+            ids, weights = route_topk(F.linear(x, gate_weight), top_k, x.dtype)
+        h = gate_up_pairs(x, w_gate_up, sgu, sg, ids, weights, plan["gate_up"])
+        res = down_pairs(h, w_down, sd, ids, plan["down"], out=target)
+    else:
+        res = _grouped(
+            x, gate_weight, w_gate_up, w_down, top_k, sgu, sd, sg, plan, force_large_routing, target
+        )
+    if has_shared and not fuse_shared:  # a shared expert of another width: plain torch, added in fp32
+        shared = F.linear(silu_and_mul_reference(F.linear(x, shared_gate_up)), shared_down)
+        if shared_expert_gate is not None:
+            shared = torch.sigmoid(F.linear(x, shared_expert_gate)) * shared
+        out.copy_(res.float() + shared.float())
+    return out
+
+
+def _grouped(
+    x: torch.Tensor,
+    gate_weight: torch.Tensor,
+    w_gate_up: torch.Tensor,
+    w_down: torch.Tensor,
+    top_k: int,
+    shared_gate_up: torch.Tensor | None,
+    shared_down: torch.Tensor | None,
+    shared_expert_gate: torch.Tensor | None,
+    plan: dict,
+    force_large_routing: bool,
+    out: torch.Tensor | None,
+) -> torch.Tensor:
+    """Routing + grouping by expert, grouped gate_up, then the "reduce" or "scatter" down kernels."""
+    T, E = x.shape[0], gate_weight.shape[0]
     bm = plan["block_m"]
     reduce = plan["down_mode"] == "reduce" and T <= MAX_REDUCE_TOKENS
     if not reduce and bm < 16:
         raise ValueError("block_m < 16 (GEMV variants) needs down_mode 'reduce' and T <= 128")
-
+    with_shared = shared_gate_up is not None
     if plan.get("fused_router") and small_routing(T, E, top_k) and not force_large_routing:
-        rt = route_and_align_fused(x, gate_weight, top_k, bm, fuse_shared)
+        rt = route_and_align_fused(x, gate_weight, top_k, bm, with_shared)
     else:
         logits = F.linear(x, gate_weight)
-        rt = route_and_align(logits, top_k, bm, fuse_shared, x.dtype, force_large=force_large_routing)
+        rt = route_and_align(logits, top_k, bm, with_shared, x.dtype, force_large=force_large_routing)
     h = gate_up(
         x,
         w_gate_up,
-        shared_gate_up if fuse_shared else None,
-        shared_expert_gate if fuse_shared else None,
+        shared_gate_up,
+        shared_expert_gate,
         rt.topk_weights,
         rt.sorted_pairs,
         rt.meta,
@@ -97,13 +144,7 @@ def fused_moe_triton(
         bm,
         plan["gate_up"],
     )
-    sd = shared_down if fuse_shared else None
     down = down_reduce if reduce else down_scatter_sum
-    target = out if (fuse_shared or not has_shared) else None
-    res = down(h, w_down, sd, rt.sorted_pairs, rt.meta, rt.max_blocks, bm, T, top_k, plan["down"], out=target)
-    if has_shared and not fuse_shared:  # a shared expert of another width: plain torch, added in fp32
-        shared = F.linear(silu_and_mul_reference(F.linear(x, shared_gate_up)), shared_down)
-        if shared_expert_gate is not None:
-            shared = torch.sigmoid(F.linear(x, shared_expert_gate)) * shared
-        out.copy_(res.float() + shared.float())
-    return out
+    return down(
+        h, w_down, shared_down, rt.sorted_pairs, rt.meta, rt.max_blocks, bm, T, top_k, plan["down"], out=out
+    )

@@ -92,6 +92,22 @@ def candidates(T: int, bm: int, quick: bool) -> dict[str, list[dict]]:
     return out
 
 
+PAIRS_MAX_T = 8  # token buckets that also try the per-pair path
+
+
+def pairs_candidates(quick: bool) -> dict[str, list[dict]]:
+    """Configs of the per-pair kernels (GEMV: the fp32 accumulators [BLOCK_I, BLOCK_K] x2 and
+    [k, BLOCK_H, BLOCK_I] live in registers, so their products are bounded)."""
+    gu = _grid(BLOCK_I=[4, 8, 16, 32], BLOCK_K=[256, 512, 1024], num_warps=[4, 8])
+    gu = [c for c in gu if c["BLOCK_I"] * c["BLOCK_K"] <= 32 * c["num_warps"] * 64]
+    dn = _grid(BLOCK_H=[2, 4, 8, 16], BLOCK_I=[64, 128, 256, 512], num_warps=[4, 8])
+    dn = [c for c in dn if TOP_K * c["BLOCK_H"] * c["BLOCK_I"] <= 32 * c["num_warps"] * 64]
+    out = {"pairs_gate_up": gu, "pairs_down": dn}
+    if quick:
+        out = {k: v[:: max(1, len(v) // 6)] for k, v in out.items()}
+    return out
+
+
 def _fits(kind: str, bm: int, c: dict) -> bool:
     """Drop configs that cannot fit the 227 KB of shared memory (pipelined tiles, stages - 1 buffers) or
     that spill for sure (a [128, >=64] x2 accumulator on 4 warps) - checked by compiling for sm_90."""
@@ -173,6 +189,26 @@ def run_down(kind: str, layer: dict, h: torch.Tensor, rt, bm: int, T: int, cfg: 
     )
 
 
+def topk_pairs(layer: dict, x: torch.Tensor, block_e: int | None = None):
+    """(ids, weights) of the pairs path: fused router (block_e experts per program) or cuBLAS + top-k."""
+    from hyserve.kernels.moe.routing import route_topk, route_topk_fused
+
+    if block_e:
+        rt = route_topk_fused(x, layer["gate_weight"], TOP_K, block_e)
+        return rt.topk_ids, rt.topk_weights
+    return route_topk(F.linear(x, layer["gate_weight"]), TOP_K, x.dtype)
+
+
+def run_pairs(kind: str, layer: dict, x: torch.Tensor, ids, w, h, cfg: dict) -> torch.Tensor:
+    from hyserve.kernels.moe.triton_pairs import down_pairs, gate_up_pairs
+
+    if kind == "pairs_gate_up":
+        return gate_up_pairs(
+            x, layer["w_gate_up"], layer["shared_gate_up"], layer["shared_expert_gate"], ids, w, cfg
+        )
+    return down_pairs(h, layer["w_down"], layer["shared_down"], ids, cfg)
+
+
 def _compile_worker(specs: list[tuple[int, int, str, dict]]) -> tuple[int, list[str]]:
     """Spawned process: compile the given (T, block_m, kind, cfg) launches into the disk cache."""
     from hyserve.kernels.moe import workspace
@@ -187,6 +223,12 @@ def _compile_worker(specs: list[tuple[int, int, str, dict]]) -> tuple[int, list[
             h = torch.empty(T * TOP_K + T, I, dtype=x.dtype, device="cuda")
             if kind == "router":
                 route(layer, x, bm, fused=True)
+            elif kind == "pairs_router":
+                topk_pairs(layer, x, cfg.get("block_e"))
+            elif kind.startswith("pairs_"):
+                ids = torch.zeros(T, TOP_K, dtype=torch.int32, device="cuda")
+                w = torch.empty(T, TOP_K, dtype=torch.float32, device="cuda")
+                run_pairs(kind, layer, x, ids, w, h, cfg)
             elif kind == "gate_up":
                 run_gate_up(layer, x, rt, bm, cfg)
             else:
@@ -212,6 +254,12 @@ def precompile(tokens: tuple[int, ...], quick: bool, jobs: int) -> None:
         if small_routing(T, E, TOP_K):
             for bm in block_ms(T):
                 groups[("router", T, bm)] = [(T, bm, "router", {})]
+        if T <= PAIRS_MAX_T:
+            for be in (None, 4, 8):
+                groups[("pairs_router", T, be)] = [(T, 1, "pairs_router", {"block_e": be})]
+            for kind, cfgs in pairs_candidates(quick).items():
+                for cfg in cfgs:
+                    groups.setdefault((1, kind, tuple(sorted(cfg.items()))), []).append((T, 1, kind, cfg))
     ordered = sorted(groups.values(), key=len, reverse=True)
     specs = [s for g in ordered for s in g]
     t0 = time.time()
@@ -305,6 +353,15 @@ def tune(tokens: tuple[int, ...], quick: bool) -> tuple[dict, dict]:
                         },
                         {"route_us": t_route * 1e3, "gate_up_us": gu_ms * 1e3, "down_us": dn_ms * 1e3},
                     )
+        if T <= PAIRS_MAX_T:
+            pairs = tune_pairs(layer, x, quick)
+            print(
+                f"T={T:5d} pairs: route {pairs[2]['route_us']:.1f}us gate_up {pairs[2]['gate_up_us']:.1f}us "
+                f"down {pairs[2]['down_us']:.1f}us {pairs[1]}",
+                flush=True,
+            )
+            if best is None or pairs[0] < best[0] + t_route:
+                best = (pairs[0] - t_route, pairs[1], pairs[2])
         if best is None:
             from hyserve.kernels.moe.configs import default_plan
 
@@ -314,6 +371,42 @@ def tune(tokens: tuple[int, ...], quick: bool) -> tuple[dict, dict]:
         timings[T] = {k: round(v, 2) for k, v in best[2].items()}
         print(f"T={T:5d} best {best[1]}  total {(best[0] + t_route) * 1e3:.1f}us", flush=True)
     return buckets, timings
+
+
+def tune_pairs(layer: dict, x: torch.Tensor, quick: bool) -> tuple[float, dict, dict]:
+    """(total ms including routing, plan, per-stage us) of the best per-pair plan for x."""
+    from hyserve.kernels.moe.routing import small_routing
+
+    fused = small_routing(x.shape[0], E, TOP_K)
+    routes = [
+        (time_graph(lambda be=be: topk_pairs(layer, x, be)), be)
+        for be in ((None, 4, 8) if fused else (None,))
+    ]
+    t_route, be = min(routes, key=lambda r: r[0])
+    ids, w = topk_pairs(layer, x)
+    cands = pairs_candidates(quick)
+    gu = [
+        (time_graph(lambda c=c: run_pairs("pairs_gate_up", layer, x, ids, w, None, c)), c)
+        for c in cands["pairs_gate_up"]
+    ]
+    gu_ms, gu_cfg = min(gu, key=lambda r: r[0])
+    h = run_pairs("pairs_gate_up", layer, x, ids, w, None, gu_cfg)
+    dn = [
+        (time_graph(lambda c=c: run_pairs("pairs_down", layer, x, ids, w, h, c)), c)
+        for c in cands["pairs_down"]
+    ]
+    dn_ms, dn_cfg = min(dn, key=lambda r: r[0])
+    plan = {
+        "block_m": 1,
+        "down_mode": "pairs",
+        "fused_router": be is not None,
+        "gate_up": gu_cfg,
+        "down": dn_cfg,
+    }
+    if be is not None:
+        plan["router_be"] = be
+    stages = {"route_us": t_route * 1e3, "gate_up_us": gu_ms * 1e3, "down_us": dn_ms * 1e3}
+    return t_route + gu_ms + dn_ms, plan, stages
 
 
 def main() -> None:

@@ -1,0 +1,109 @@
+"""linear: the Triton GEMV vs the reference on odd shapes (NaN-poisoned outputs), the dispatch rules."""
+
+from __future__ import annotations
+
+import importlib
+
+import pytest
+import torch
+
+from hyserve.kernels.linear.reference import linear_reference
+from hyserve.kernels.linear.triton_kernel import gemv_triton
+
+# the modules (``hyserve.kernels.linear`` the attribute is the op function)
+linear_op = importlib.import_module("hyserve.kernels.linear")
+triton_kernel = importlib.import_module("hyserve.kernels.linear.triton_kernel")
+
+CUDA = torch.cuda.is_available()
+DEVICE = "cuda" if CUDA else "cpu"
+TOL = {torch.float32: 1e-5, torch.float16: 2e-3, torch.bfloat16: 8e-3}
+
+
+@pytest.fixture(autouse=True)
+def _triton_env(monkeypatch):
+    monkeypatch.setenv("HYSERVE_KERNELS", "triton")
+    if not CUDA:
+        monkeypatch.setenv("TRITON_INTERPRET", "1")
+
+
+def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
+    a, b = a.double().cpu(), b.double().cpu()
+    return ((a - b).norm() / b.norm()).item()
+
+
+def _inputs(m, n, k, dtype, seed=0):
+    gen = torch.Generator().manual_seed(seed)
+    x = torch.randn(m, k, generator=gen).to(dtype).to(DEVICE)
+    w = (torch.randn(n, k, generator=gen) * k**-0.5).to(dtype).to(DEVICE)
+    return x, w
+
+
+def test_reference_matches_formula():
+    x, w = (t.cpu() for t in _inputs(3, 7, 20, torch.float32))
+    assert _rel(linear_reference(x, w), x.double() @ w.double().T) < 1e-6
+
+
+SHAPES = [(1, 37, 80), (2, 64, 200), (3, 5, 64), (4, 130, 96)] + (
+    [(1, 12352, 2048), (4, 2048, 4096)] if CUDA else []
+)
+DTYPES = [torch.float32, torch.float16] + ([torch.bfloat16] if CUDA else [])
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize(
+    "cfg", [{"BLOCK_N": 4, "BLOCK_K": 32}, {"BLOCK_N": 16, "BLOCK_K": 64, "num_warps": 8}]
+)
+def test_gemv_matches_reference(shape, dtype, cfg):
+    m, n, k = shape
+    x, w = _inputs(m, n, k, dtype, seed=m * n + k)
+    out = torch.full((m, n), float("nan"), dtype=dtype, device=DEVICE)
+    got = gemv_triton(x, w, cfg, out=out)
+    assert got is out and not out.isnan().any()
+    assert _rel(out, linear_reference(x, w)) < TOL[dtype]
+
+
+def test_gemv_strided_rows():
+    x, w = _inputs(2, 24, 48, torch.float32, seed=3)
+    wide = torch.randn(2, 100, device=DEVICE)
+    wide[:, 10:58] = x
+    got = gemv_triton(wide[:, 10:58], w, {"BLOCK_N": 8, "BLOCK_K": 16})
+    assert _rel(got, linear_reference(x, w)) < 1e-5
+
+
+def test_gemv_rejects_too_many_rows():
+    x, w = _inputs(5, 8, 16, torch.float32)
+    with pytest.raises(ValueError, match="at most 4"):
+        gemv_triton(x, w, {"BLOCK_N": 8, "BLOCK_K": 16})
+
+
+def test_dispatch(monkeypatch):
+    calls = []
+    real = gemv_triton
+
+    def spy(*a, **k):
+        calls.append(a[0].shape)
+        return real(*a, **k)
+
+    monkeypatch.setattr(triton_kernel, "gemv_triton", spy)
+    monkeypatch.setattr(
+        linear_op, "_plans", lambda: {"24x48": {"BLOCK_N": 8, "BLOCK_K": 16}, "8x48": "cublas"}
+    )
+    x, w = _inputs(3, 24, 48, torch.float32, seed=5)
+    got = linear_op.linear(x.view(3, 1, 48), w)  # leading dims are flattened into rows
+    assert got.shape == (3, 1, 24) and calls == [(3, 48)]
+    assert _rel(got.view(3, 24), linear_reference(x, w)) < 1e-5
+    x5, _ = _inputs(5, 24, 48, torch.float32)
+    linear_op.linear(x5, w)  # more rows than the GEMV takes: cuBLAS
+    linear_op.linear(x[:, :48], w[:8])  # the sweep chose cuBLAS for this shape
+    linear_op.linear(x, torch.randn(7, 48, device=DEVICE))  # no plan for this shape
+    assert len(calls) == 1
+    monkeypatch.setenv("HYSERVE_KERNELS", "reference")
+    linear_op.linear(x, w)
+    assert len(calls) == 1
+
+
+def test_bench_smoke(capsys):
+    bench = importlib.import_module("hyserve.kernels.linear.bench")
+    rows, best = bench.bench_shape(40, 64, 1, [{"BLOCK_N": 4, "BLOCK_K": 32}])
+    assert len(rows) == 2 and best in ("cublas", {"BLOCK_N": 4, "BLOCK_K": 32})

@@ -1,0 +1,240 @@
+"""The few-token MoE path: one program column per (token, expert) pair, no grouping by expert.
+
+At T <= 4 tokens almost every pair has an expert of its own (T*k pairs over E=256 experts), so grouping
+buys no weight reuse, and its dependent loads (block list -> sorted pairs -> token -> weights) sit in
+front of the weight stream of every program. Here the only dependent load is the expert id:
+
+- ``gate_up_pairs``: grid (cdiv(I, BLOCK_I), T*k + T). Program (n, p) streams the gate rows
+  [n*BLOCK_I, (n+1)*BLOCK_I) and the matching up rows of pair p's expert (p >= T*k: the shared expert of
+  token p - T*k) over the full K = H, as a GEMV (fp32 broadcast-multiply, one reduction at the end), and
+  writes ``h[p] = w_p * silu(x W_g^T) * (x W_u^T)`` with w_p the routing weight (the shared expert:
+  sigmoid(x . shared_expert_gate)). Many small programs keep every SM streaming.
+- ``down_pairs``: grid (cdiv(H, BLOCK_H), T). Program (hb, t) loads the BLOCK_H down rows of all k
+  experts of token t at once (a [k, BLOCK_H, BLOCK_I] gather, so the k weight streams are in flight
+  together) plus the shared expert's, multiplies by the h rows and sums over experts and I in fp32:
+  ``out[t] = sum_j h[t*k+j] @ W_down[e_j]^T + h[N+t] @ shared_down^T``. Deterministic, no atomics.
+
+A pair that repeats an expert of another token re-reads its weights: the plan takes this path only where
+that is rare (``configs``: ``"down_mode": "pairs"``). Routing: ``routing.route_topk_fused`` (ids and
+weights only).
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from hyserve.kernels.moe.workspace import empty, launch
+
+
+@triton.jit
+def _gate_up_pairs_kernel(
+    x_ptr,
+    w_ptr,
+    sw_ptr,
+    sg_ptr,
+    ids_ptr,
+    topk_w_ptr,
+    h_ptr,
+    T,
+    H,
+    I,
+    stride_xt,
+    stride_we,
+    stride_wn,
+    stride_sn,
+    K_TOP: tl.constexpr,
+    BLOCK_I: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    HAS_SHARED_GATE: tl.constexpr,
+):
+    n = tl.program_id(0)
+    p = tl.program_id(1)
+    N = T * K_TOP
+    is_shared = p >= N
+    pc = tl.minimum(p, N - 1)
+    tok = tl.where(is_shared, p - N, p // K_TOP).to(tl.int64)
+    e = tl.load(ids_ptr + pc).to(tl.int64)
+    wbase = tl.where(is_shared, sw_ptr, w_ptr + e * stride_we)
+    stride_n = tl.where(is_shared, stride_sn, stride_wn)
+
+    ii = n * BLOCK_I + tl.arange(0, BLOCK_I)
+    imask = ii < I
+    kk = tl.arange(0, BLOCK_K)
+    x_row = x_ptr + tok * stride_xt
+    g_rows = wbase + ii.to(tl.int64)[:, None] * stride_n
+    u_rows = wbase + (ii + I).to(tl.int64)[:, None] * stride_n
+    acc_g = tl.zeros((BLOCK_I, BLOCK_K), dtype=tl.float32)
+    acc_u = tl.zeros((BLOCK_I, BLOCK_K), dtype=tl.float32)
+    for k0 in range(0, H, BLOCK_K):
+        k = k0 + kk
+        km = k < H
+        xk = tl.load(x_row + k, mask=km, other=0.0).to(tl.float32)[None, :]
+        wm = imask[:, None] & km[None, :]
+        wg = tl.load(g_rows + k[None, :], mask=wm, other=0.0)
+        wu = tl.load(u_rows + k[None, :], mask=wm, other=0.0)
+        acc_g += wg.to(tl.float32) * xk
+        acc_u += wu.to(tl.float32) * xk
+    g = tl.sum(acc_g, axis=1)
+    u = tl.sum(acc_u, axis=1)
+
+    wrow = tl.load(topk_w_ptr + pc)
+    if HAS_SHARED_GATE:
+        if is_shared:
+            sacc = tl.zeros((BLOCK_K,), dtype=tl.float32)
+            for k0 in range(0, H, BLOCK_K):
+                k = k0 + kk
+                km = k < H
+                xk = tl.load(x_row + k, mask=km, other=0.0).to(tl.float32)
+                sacc += xk * tl.load(sg_ptr + k, mask=km, other=0.0).to(tl.float32)
+            wrow = 1.0 / (1.0 + tl.exp(-tl.sum(sacc, axis=0)))
+    elif is_shared:
+        wrow = 1.0
+    h = g / (1.0 + tl.exp(-g)) * u * wrow
+    tl.store(h_ptr + p.to(tl.int64) * I + ii, h.to(h_ptr.dtype.element_ty), mask=imask)
+
+
+@triton.jit
+def _down_pairs_kernel(
+    h_ptr,
+    wd_ptr,
+    swd_ptr,
+    ids_ptr,
+    out_ptr,
+    T,
+    H,
+    I,
+    stride_we,
+    stride_wh,
+    stride_sh,
+    stride_ot,
+    K_TOP: tl.constexpr,
+    KP: tl.constexpr,
+    BLOCK_H: tl.constexpr,
+    BLOCK_I: tl.constexpr,
+    HAS_SHARED: tl.constexpr,
+):
+    hb = tl.program_id(0)
+    t = tl.program_id(1)
+    N = T * K_TOP
+    j = tl.arange(0, KP)
+    jm = j < K_TOP
+    e = tl.load(ids_ptr + t * K_TOP + j, mask=jm, other=0).to(tl.int64)
+    hh = hb * BLOCK_H + tl.arange(0, BLOCK_H)
+    hm = hh < H
+    ii = tl.arange(0, BLOCK_I)
+    # [KP, BLOCK_H, 1] row pointers of the k experts; [KP, 1] h rows of the k pairs
+    w_rows = wd_ptr + e[:, None, None] * stride_we + hh.to(tl.int64)[None, :, None] * stride_wh
+    h_rows = h_ptr + (t * K_TOP + j).to(tl.int64)[:, None] * I
+    s_rows = swd_ptr + hh.to(tl.int64)[:, None] * stride_sh
+    hs_row = h_ptr + (N + t).to(tl.int64) * I
+    acc = tl.zeros((KP, BLOCK_H, BLOCK_I), dtype=tl.float32)
+    acc_s = tl.zeros((BLOCK_H, BLOCK_I), dtype=tl.float32)
+    for i0 in range(0, I, BLOCK_I):
+        i = i0 + ii
+        im = i < I
+        w = tl.load(
+            w_rows + i[None, None, :],
+            mask=jm[:, None, None] & hm[None, :, None] & im[None, None, :],
+            other=0.0,
+        )
+        hv = tl.load(h_rows + i[None, :], mask=jm[:, None] & im[None, :], other=0.0)
+        acc += w.to(tl.float32) * hv.to(tl.float32)[:, None, :]
+        if HAS_SHARED:
+            ws = tl.load(s_rows + i[None, :], mask=hm[:, None] & im[None, :], other=0.0)
+            hsv = tl.load(hs_row + i, mask=im, other=0.0)
+            acc_s += ws.to(tl.float32) * hsv.to(tl.float32)[None, :]
+    y = tl.sum(tl.sum(acc, axis=2), axis=0)
+    if HAS_SHARED:
+        y += tl.sum(acc_s, axis=1)
+    tl.store(out_ptr + t.to(tl.int64) * stride_ot + hh, y.to(out_ptr.dtype.element_ty), mask=hm)
+
+
+def gate_up_pairs(
+    x: torch.Tensor,
+    w_gate_up: torch.Tensor,
+    shared_gate_up: torch.Tensor | None,
+    shared_expert_gate: torch.Tensor | None,
+    topk_ids: torch.Tensor,
+    topk_weights: torch.Tensor,
+    cfg: dict,
+) -> torch.Tensor:
+    """-> h [T*k + T, I] (rows T*k.. for the shared expert, unused without one). cfg: BLOCK_I, BLOCK_K,
+    num_warps."""
+    T, H = x.shape
+    E, two_i, _ = w_gate_up.shape
+    inter = two_i // 2
+    k_top = topk_ids.shape[1]
+    has_shared = shared_gate_up is not None
+    h = empty((T * k_top + T, inter), x.dtype, x.device)
+    sw = shared_gate_up if has_shared else w_gate_up
+    sg = shared_expert_gate if shared_expert_gate is not None else x
+    grid = (triton.cdiv(inter, cfg["BLOCK_I"]), T * k_top + (T if has_shared else 0))
+    launch(
+        _gate_up_pairs_kernel,
+        grid,
+        x,
+        w_gate_up,
+        sw,
+        sg,
+        topk_ids,
+        topk_weights,
+        h,
+        T,
+        H,
+        inter,
+        x.stride(0),
+        w_gate_up.stride(0),
+        w_gate_up.stride(1),
+        sw.stride(0),
+        K_TOP=k_top,
+        BLOCK_I=cfg["BLOCK_I"],
+        BLOCK_K=cfg["BLOCK_K"],
+        HAS_SHARED_GATE=has_shared and shared_expert_gate is not None,
+        num_warps=cfg.get("num_warps", 4),
+        num_stages=cfg.get("num_stages", 1),
+    )
+    return h
+
+
+def down_pairs(
+    h: torch.Tensor,
+    w_down: torch.Tensor,
+    shared_down: torch.Tensor | None,
+    topk_ids: torch.Tensor,
+    cfg: dict,
+    out: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """h [T*k + T, I] -> out [T, H] (the weighted sum over the k experts plus the shared expert).
+    cfg: BLOCK_H, BLOCK_I, num_warps."""
+    T, k_top = topk_ids.shape
+    E, H, inter = w_down.shape
+    if out is None:
+        out = torch.empty((T, H), dtype=h.dtype, device=h.device)
+    has_shared = shared_down is not None
+    sd = shared_down if has_shared else w_down
+    launch(
+        _down_pairs_kernel,
+        (triton.cdiv(H, cfg["BLOCK_H"]), T),
+        h,
+        w_down,
+        sd,
+        topk_ids,
+        out,
+        T,
+        H,
+        inter,
+        w_down.stride(0),
+        w_down.stride(1),
+        sd.stride(-2),
+        out.stride(0),
+        K_TOP=k_top,
+        KP=triton.next_power_of_2(k_top),
+        BLOCK_H=cfg["BLOCK_H"],
+        BLOCK_I=cfg["BLOCK_I"],
+        HAS_SHARED=has_shared,
+        num_warps=cfg.get("num_warps", 4),
+        num_stages=cfg.get("num_stages", 1),
+    )
+    return out
