@@ -50,7 +50,7 @@ def bench_shape(n: int, k: int, rows: int, cands: list[dict]) -> tuple[list[dict
     rows_out = []
     best: tuple[float, dict | str] = (time_ms(Cycle(F.linear, sets)), "cublas")
     rows_out.append(
-        dict(shape=f"{n}x{k}", cfg="cublas", us=best[0] * 1e3, pct_hbm=100 * w_bytes / best[0] / 1e9 / HBM)
+        dict(shape=f"{n}x{k}", cfg="cublas", us=best[0] * 1e3, pct_hbm=100 * w_bytes / (best[0] * 1e-3) / HBM)
     )
     for cfg in cands:
         got = gemv_triton(x, w, cfg).float()
@@ -59,7 +59,7 @@ def bench_shape(n: int, k: int, rows: int, cands: list[dict]) -> tuple[list[dict
             raise AssertionError(f"{n}x{k} {cfg}: rel err {err}")
         ms = time_ms(Cycle(gemv_triton, sets, cfg=cfg))
         rows_out.append(
-            dict(shape=f"{n}x{k}", cfg=str(cfg), us=ms * 1e3, pct_hbm=100 * w_bytes / ms / 1e9 / HBM)
+            dict(shape=f"{n}x{k}", cfg=str(cfg), us=ms * 1e3, pct_hbm=100 * w_bytes / (ms * 1e-3) / HBM)
         )
         if ms < best[0]:
             best = (ms, cfg)
@@ -86,6 +86,7 @@ def main() -> None:
     if args.write:
         doc = {"note": "GEMV tiles per weight shape [N, K] at batch 1; written by linear/bench.py --write",
                "device": torch.cuda.get_device_name(), "plans": plans}  # fmt: skip
+        CONFIG_PATH.parent.mkdir(parents=True, exist_ok=True)
         CONFIG_PATH.write_text(json.dumps(doc, indent=1) + "\n")
         print(f"wrote {CONFIG_PATH}")
 

@@ -9,6 +9,7 @@ of the layer: gate_up is E x N=2I x K=H, down is E x N=H x K=I). The file maps a
                                     # "pairs" (few tokens: triton_pairs; its "down" has BLOCK_H, BLOCK_I,
                                     # "router_be" sets the fused router's experts per program)
      "fused_router": true,          # optional: router GEMV fused into the routing kernel (T*k <= 1024)
+     "large_routing": false,        # optional: the multi-kernel grouping even where one program could
      "gate_up": {"BLOCK_I": 16, "BLOCK_K": 256, "num_warps": 4, "num_stages": 4},
      "down": {"BLOCK_H": 16, "BLOCK_K": 128, "num_warps": 4, "num_stages": 4}}
 

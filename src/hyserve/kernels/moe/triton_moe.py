@@ -127,6 +127,7 @@ def _grouped(
     if not reduce and bm < 16:
         raise ValueError("block_m < 16 (GEMV variants) needs down_mode 'reduce' and T <= 128")
     with_shared = shared_gate_up is not None
+    force_large_routing = force_large_routing or plan.get("large_routing", False)
     if plan.get("fused_router") and small_routing(T, E, top_k) and not force_large_routing:
         rt = route_and_align_fused(x, gate_weight, top_k, bm, with_shared)
     else:

@@ -154,12 +154,12 @@ def make_x(T: int, init: bool) -> torch.Tensor:
     return torch.empty(T, H, dtype=torch.bfloat16, device="cuda")
 
 
-def route(layer: dict, x: torch.Tensor, bm: int, fused: bool = False):
+def route(layer: dict, x: torch.Tensor, bm: int, fused: bool = False, large: bool = False):
     from hyserve.kernels.moe.routing import route_and_align, route_and_align_fused
 
     if fused:
         return route_and_align_fused(x, layer["gate_weight"], TOP_K, bm, True)
-    return route_and_align(F.linear(x, layer["gate_weight"]), TOP_K, bm, True, x.dtype)
+    return route_and_align(F.linear(x, layer["gate_weight"]), TOP_K, bm, True, x.dtype, force_large=large)
 
 
 def run_gate_up(layer: dict, x: torch.Tensor, rt, bm: int, cfg: dict) -> torch.Tensor:
@@ -308,12 +308,16 @@ def tune(tokens: tuple[int, ...], quick: bool) -> tuple[dict, dict]:
         t_route = time_graph(lambda x=x: route(layer, x, 16))
         fused = small_routing(T, E, TOP_K)
         t_fused = time_graph(lambda x=x: route(layer, x, 16, fused=True)) if fused else float("inf")
-        use_fused = t_fused < t_route
+        # the multi-kernel grouping against the single-program one it replaces up to SMALL_PAIRS
+        t_large = time_graph(lambda x=x: route(layer, x, 16, large=True)) if fused else float("inf")
+        use_fused = t_fused < min(t_route, t_large)
+        use_large = not use_fused and t_large < t_route
         print(
-            f"T={T:5d} routing: cuBLAS router + routing {t_route * 1e3:.1f}us, fused {t_fused * 1e3:.1f}us",
+            f"T={T:5d} routing: cuBLAS router + routing {t_route * 1e3:.1f}us, fused {t_fused * 1e3:.1f}us, "
+            f"multi-kernel {t_large * 1e3:.1f}us",
             flush=True,
         )
-        t_route = min(t_route, t_fused)
+        t_route = min(t_route, t_fused, t_large)
         for bm in block_ms(T):
             rt = route(layer, x, bm)
             cands = candidates(T, bm, quick)
@@ -348,6 +352,7 @@ def tune(tokens: tuple[int, ...], quick: bool) -> tuple[dict, dict]:
                             "block_m": bm,
                             "down_mode": kind,
                             "fused_router": use_fused,
+                            "large_routing": use_large,
                             "gate_up": gu_cfg,
                             "down": dn_cfg,
                         },
