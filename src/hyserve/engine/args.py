@@ -31,6 +31,12 @@ def add_engine_arguments(parser: argparse.ArgumentParser, model_required: bool =
     g.add_argument("--kv-cache-memory-gb", type=float, default=None, help="fixed KV cache size in GiB")
     g.add_argument("--enforce-eager", action="store_true", help="do not capture CUDA graphs")
     g.add_argument("--cuda-graph-sizes", default=None, help="comma-separated decode batch sizes to capture")
+    g.add_argument(
+        "--no-warmup",
+        dest="warmup",
+        action="store_false",
+        help="skip compiling the prefill kernels at start-up",
+    )
 
 
 def engine_args_from(ns: argparse.Namespace) -> EngineArgs:
@@ -51,4 +57,5 @@ def engine_args_from(ns: argparse.Namespace) -> EngineArgs:
         kv_cache_memory_gb=ns.kv_cache_memory_gb,
         enforce_eager=ns.enforce_eager,
         cuda_graph_sizes=[int(x) for x in ns.cuda_graph_sizes.split(",")] if ns.cuda_graph_sizes else None,
+        warmup=ns.warmup,
     )

@@ -44,6 +44,7 @@ class EngineArgs:
     enforce_eager: bool = False  # never capture CUDA graphs
     async_scheduling: bool = True  # launch the next decode step before reading the previous one's tokens
     cuda_graph_sizes: list[int] | None = None  # decode batch sizes to capture (default: up to max_num_seqs)
+    warmup: bool = True  # on CUDA, compile the prefill kernels at start-up (engine/warmup.py)
     progress: bool = True
 
     def resolved_device(self) -> torch.device:
@@ -140,6 +141,10 @@ class LLMEngine:
             start = time.perf_counter()
             self.runner.capture_graphs(sizes, self.max_model_len, progress=args.progress)
             log.info("graph capture took %.1f s", time.perf_counter() - start)
+        if self.device.type == "cuda" and args.warmup:
+            from hyserve.engine.warmup import warm_up
+
+            warm_up(self)
 
     @property
     def vocab_size(self) -> int:

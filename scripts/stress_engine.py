@@ -1,0 +1,55 @@
+"""Stress the engine offline the way a serving benchmark ends: many requests with different prompt and
+output lengths, so steps mix prefill chunks with decodes and the decode batch shrinks through every
+CUDA-graph bucket. Exits non-zero on any error; prints the batch sizes seen.
+
+usage: python scripts/stress_engine.py --model DIR --load-format dummy [--requests 64] [--enforce-eager]
+(run with CUDA_LAUNCH_BLOCKING=1 and --enforce-eager to name the kernel of an asynchronous CUDA error)
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import time
+from collections import Counter
+
+import torch
+
+from hyserve import SamplingParams
+from hyserve.engine.args import add_engine_arguments, engine_args_from
+from hyserve.llm import LLM
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    add_engine_arguments(parser, model_required=True)
+    parser.add_argument("--requests", type=int, default=64)
+    parser.add_argument("--prompt-len", default="900,1100")
+    parser.add_argument("--output-len", default="16,600")
+    ns = parser.parse_args()
+    engine = LLM.from_engine_args(engine_args_from(ns)).engine
+    rng = random.Random(0)
+    lo_p, hi_p = (int(v) for v in ns.prompt_len.split(","))
+    lo_o, hi_o = (int(v) for v in ns.output_len.split(","))
+    high = min(engine.config.vocab_size, 248044)
+    for i in range(ns.requests):
+        prompt = [rng.randrange(high) for _ in range(rng.randint(lo_p, hi_p))]
+        params = SamplingParams(temperature=0.0, max_tokens=rng.randint(lo_o, hi_o), ignore_eos=True)
+        engine.add_request(f"stress-{i}", prompt, params)
+    sizes: Counter[int] = Counter()
+    t0 = time.perf_counter()
+    done = steps = 0
+    while engine.has_unfinished_requests():
+        sizes[engine.num_running] += 1
+        done += sum(o.finished for o in engine.step())
+        steps += 1
+    if engine.device.type == "cuda":
+        torch.cuda.synchronize()
+    print(f"{done}/{ns.requests} requests finished in {steps} steps, {time.perf_counter() - t0:.1f} s")
+    print("running sequences per step:", dict(sorted(sizes.items())))
+    if done != ns.requests:
+        raise SystemExit(1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,48 @@
+"""Start-up warm-up: run one prefill per kernel-plan bucket so Triton compiles before the first request.
+
+Triton compiles a kernel the first time it meets a new tile plan (the MoE plans change with the token
+count: ``kernels/moe/configs``) or a new integer specialisation (a length divisible by 16 or not). On the
+H200 that cost the first long prompt of a fresh server up to 2.5 s of time to first token. Here every
+bucket up to the step budget is met once, with a length on each side of the divisibility rule, by
+single-token requests through the normal engine path (scheduler, runner, sampler); their blocks and
+state slots are freed when they finish.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from hyserve.engine.sampling_params import SamplingParams
+
+log = logging.getLogger(__name__)
+
+
+def warmup_lengths(max_tokens: int) -> list[int]:
+    """Prompt lengths that cover the token buckets 16..max_tokens (powers of two), each once as a multiple
+    of 16 and once not."""
+    lengths, bucket = set(), 16
+    while bucket <= max_tokens:
+        lengths.add(bucket)
+        lengths.add(bucket * 3 // 4 + 1)  # inside the bucket, not a multiple of 16
+        bucket *= 2
+    lengths.add(max_tokens)
+    return sorted(x for x in lengths if 1 <= x <= max_tokens)
+
+
+def warm_up(engine) -> None:
+    """Run the warm-up prompts through ``engine`` (an idle ``LLMEngine``), one request at a time."""
+    start = time.perf_counter()
+    budget = min(engine.scheduler_config.max_num_batched_tokens, engine.max_model_len - 1)
+    params = SamplingParams(temperature=0.0, max_tokens=1, ignore_eos=True)
+    lengths = warmup_lengths(budget)
+    for i, n in enumerate(lengths):
+        engine.add_request(f"warmup-{i}", [0] * n, params)
+        while engine.has_unfinished_requests():
+            engine.step()
+    log.info(
+        "warm-up: %d prefill lengths up to %d tokens in %.1f s",
+        len(lengths),
+        budget,
+        time.perf_counter() - start,
+    )

@@ -1,0 +1,27 @@
+"""Start-up warm-up: the lengths cover every token bucket, and a warm-up leaves the engine idle and its
+cache free (run here on the CPU with the demo model; the engine calls it itself only on CUDA)."""
+
+from __future__ import annotations
+
+from hyserve.engine.args import DEMO_MODEL
+from hyserve.engine.warmup import warm_up, warmup_lengths
+from hyserve.llm import LLM
+
+
+def test_lengths_cover_each_bucket_both_ways():
+    lengths = warmup_lengths(1000)
+    assert lengths[-1] == 1000 and max(lengths) <= 1000
+    for bucket in (16, 32, 64, 128, 256, 512):
+        inside = [n for n in lengths if bucket // 2 < n <= bucket]
+        assert any(n % 16 == 0 for n in inside) and any(n % 16 for n in inside), bucket
+
+
+def test_warm_up_leaves_the_engine_idle():
+    llm = LLM(str(DEMO_MODEL), device="cpu", max_num_batched_tokens=64, max_num_seqs=4)
+    engine = llm.engine
+    free_blocks, free_slots = engine.cache_manager.num_free_blocks, engine.cache_manager.num_free_slots
+    warm_up(engine)
+    assert not engine.has_unfinished_requests() and not engine.requests
+    assert engine.cache_manager.num_free_blocks == free_blocks
+    assert engine.cache_manager.num_free_slots == free_slots
+    assert llm.generate([[5, 6, 7]])[0].outputs[0].token_ids  # still serves
