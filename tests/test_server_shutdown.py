@@ -106,7 +106,8 @@ def test_sigterm_lets_the_running_stream_finish_then_exits_0(tmp_path):
 
 def test_drain_cuts_requests_that_outlast_the_timeout_and_refuses_new_ones():
     """In-process (signals reach only the main thread, so the handler is called directly)."""
-    with BackgroundServer(text_checkpoint(), shutdown_timeout=1.0) as server:
+    # a short timeout: the stream (MAX_MODEL_LEN - 8 tokens of a tiny model) must outlast it on a fast CPU too
+    with BackgroundServer(text_checkpoint(), shutdown_timeout=0.25) as server:
         stream = _Stream(server.url, {}, max_tokens=MAX_MODEL_LEN - 8)
         stream.start()
         assert stream.first_chunk.wait(60)
