@@ -35,3 +35,26 @@ def test_bench_against_the_hyserve_server(tmp_path: Path, capsys) -> None:
         assert row["output_tokens"] == row["num_requests"] * row["output_len"]
     assert rows["throughput c=3"]["output_tok_s"] > 0
     assert (out / "throughput.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_a_model_without_tokenizer_streams_a_chunk_per_token(tmp_path: Path) -> None:
+    """Token-id prompts to a model folder with no tokenizer files (like ``--load-format dummy`` on the
+    config folder): the text is empty, yet every step's tokens get their chunk, so the bench times them."""
+    import asyncio
+
+    import aiohttp
+
+    from checkpoints import make_checkpoint
+    from hyserve.bench.client import completion_payload, stream_completion
+
+    model_dir = make_checkpoint(tmp_path / "no-tokenizer", seed=4)
+
+    async def one(url: str):
+        async with aiohttp.ClientSession() as session:
+            return await stream_completion(session, url, completion_payload(MODEL_NAME, [5, 6, 7, 8], 9), {})
+
+    with BackgroundServer(model_dir) as server:
+        res = asyncio.run(one(server.url))
+    assert res.ok and res.completion_tokens == 9
+    assert len(res.chunk_times_s) == 9  # one chunk per token (the last carries the finish reason)
+    assert res.ttft_s is not None and res.ttft_s < res.chunk_times_s[-1]

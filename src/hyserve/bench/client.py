@@ -88,8 +88,9 @@ async def stream_completion(
 ) -> RequestResult:
     """POST ``payload`` to ``{url}/v1/completions`` and time the SSE stream; never raises on server errors.
 
-    A chunk counts as a token chunk when its first choice has non-empty ``text`` or a ``finish_reason``
-    (TTFT is the arrival of the first one). The token count is ``usage.completion_tokens`` from the final
+    Every chunk with choices is a token chunk, as ``vllm bench serve`` counts them (servers send one per
+    step that produced tokens, with text or without: a model without tokenizer files has none); TTFT is the
+    arrival of the first one. The token count is ``usage.completion_tokens`` from the final
     chunk, or the number of token chunks when the server sends no usage (``usage_reported`` is then False).
     """
     res = RequestResult(prompt_len=len(payload["prompt"]), max_tokens=payload["max_tokens"])
@@ -112,7 +113,7 @@ async def stream_completion(
                     res.error = f"stream error: {json.dumps(chunk['error'])[:200]}"
                     return res
                 choices = chunk.get("choices") or []
-                if choices and (choices[0].get("text") or choices[0].get("finish_reason")):
+                if choices:
                     now = time.perf_counter() - t0
                     if res.ttft_s is None:
                         res.ttft_s = now

@@ -174,9 +174,13 @@ class _Job:
                 c.token_ids[sent.tokens :], entries, self.ctx.texts, sent.offset
             )
             logprobs.extend(generated)
+        # like vLLM: a step that produced tokens gets its chunk even when their text is still empty (an
+        # incomplete UTF-8 sequence, a held-back stop string, a model without tokenizer files), so that
+        # clients can time every token
+        new_tokens = len(c.token_ids) > sent.tokens
         sent.started, sent.chars, sent.tokens = True, len(c.text), len(c.token_ids)
         sent.done = c.finish_reason is not None
-        if not text and not sent.done and (logprobs is None or not logprobs.tokens):
+        if not text and not sent.done and not new_tokens and (logprobs is None or not logprobs.tokens):
             return None
         choice = CompletionChoice(
             index=p * self.body.n + c.index,
