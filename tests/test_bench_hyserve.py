@@ -39,7 +39,7 @@ def test_bench_against_the_hyserve_server(tmp_path: Path, capsys) -> None:
 
 def test_a_model_without_tokenizer_streams_a_chunk_per_token(tmp_path: Path) -> None:
     """Token-id prompts to a model folder with no tokenizer files (like ``--load-format dummy`` on the
-    config folder): the text is empty, yet every step's tokens get their chunk, so the bench times them."""
+    config folder): the text is empty, yet the tokens stream as they come, so the bench times them."""
     import asyncio
 
     import aiohttp
@@ -56,5 +56,7 @@ def test_a_model_without_tokenizer_streams_a_chunk_per_token(tmp_path: Path) -> 
     with BackgroundServer(model_dir) as server:
         res = asyncio.run(one(server.url))
     assert res.ok and res.completion_tokens == 9
-    assert len(res.chunk_times_s) == 9  # one chunk per token (the last carries the finish reason)
-    assert res.ttft_s is not None and res.ttft_s < res.chunk_times_s[-1]
+    # a chunk per step with new tokens (steps that finish while the stream is busy share one), not one
+    # chunk at the end
+    assert 1 < len(res.chunk_times_s) <= 9
+    assert res.ttft_s == res.chunk_times_s[0] < res.chunk_times_s[-1]
