@@ -68,6 +68,20 @@ def _softmax_topk(logits, cols, E, K: tl.constexpr, KP: tl.constexpr, ROUND: tl.
 
 
 @triton.jit
+def _topk_store(
+    logits, rows, rmask, cols, E, ids_ptr, w_ptr, K: tl.constexpr, KP: tl.constexpr, ROUND: tl.constexpr
+):
+    """Top-k of the rows' logits stored into ``topk_ids`` / ``topk_weights`` [T, K]; -> (ids, valid, pair)."""
+    kc = tl.arange(0, KP)
+    ids, w = _softmax_topk(logits, cols, E, K, KP, ROUND)
+    valid = rmask[:, None] & (kc[None, :] < K)
+    pair = rows[:, None] * K + kc[None, :]
+    tl.store(ids_ptr + pair, ids, mask=valid)
+    tl.store(w_ptr + pair, w, mask=valid)
+    return ids, valid, pair
+
+
+@triton.jit
 def _write_blocks(
     meta_ptr, counts, cols, E, T, N, MAXB, MAX_NB, BLOCK_M: tl.constexpr, HAS_SHARED: tl.constexpr
 ):
@@ -119,12 +133,7 @@ def _group_small(
     HAS_SHARED: tl.constexpr,
 ):
     """One program: top-k of the [TP, EP] logits (fp32, -inf past E), then the expert grouping."""
-    kc = tl.arange(0, KP)
-    ids, w = _softmax_topk(logits, cols, E, K, KP, ROUND)
-    valid = (rows < T)[:, None] & (kc[None, :] < K)
-    pair = rows[:, None] * K + kc[None, :]
-    tl.store(ids_ptr + pair, ids, mask=valid)
-    tl.store(w_ptr + pair, w, mask=valid)
+    ids, valid, pair = _topk_store(logits, rows, rows < T, cols, E, ids_ptr, w_ptr, K, KP, ROUND)
 
     N = T * K
     P: tl.constexpr = TP * KP
@@ -287,12 +296,7 @@ def _router_route_kernel(
                 HAS_SHARED,
             )
         else:  # top-k only (the pairs path)
-            kc = tl.arange(0, KP)
-            ids, w = _softmax_topk(logits, cols, E, K, KP, ROUND)
-            valid = rmask[:, None] & (kc[None, :] < K)
-            pair = rows[:, None] * K + kc[None, :]
-            tl.store(ids_ptr + pair, ids, mask=valid)
-            tl.store(w_ptr + pair, w, mask=valid)
+            _topk_store(logits, rows, rmask, cols, E, ids_ptr, w_ptr, K, KP, ROUND)
         tl.store(counter_ptr, 0)
 
 
@@ -315,7 +319,6 @@ def _route_kernel(
     tb = tl.program_id(0)
     rows = tb * BT + tl.arange(0, BT)
     cols = tl.arange(0, EP)
-    kc = tl.arange(0, KP)
     rmask = rows < T
     logits = tl.load(
         logits_ptr + rows[:, None].to(tl.int64) * stride_lt + cols[None, :],
@@ -323,11 +326,7 @@ def _route_kernel(
         other=0.0,
     ).to(tl.float32)
     logits = tl.where(cols[None, :] < E, logits, float("-inf"))
-    ids, w = _softmax_topk(logits, cols, E, K, KP, ROUND)
-    valid = rmask[:, None] & (kc[None, :] < K)
-    pair = rows[:, None] * K + kc[None, :]
-    tl.store(ids_ptr + pair, ids, mask=valid)
-    tl.store(w_ptr + pair, w, mask=valid)
+    ids, valid, _ = _topk_store(logits, rows, rmask, cols, E, ids_ptr, w_ptr, K, KP, ROUND)
     P: tl.constexpr = BT * KP
     n_valid = tl.sum(tl.sum(valid.to(tl.int32), axis=1), axis=0)
     counts = tl.histogram(tl.reshape(tl.where(valid, ids, 0), [P]), EP)
