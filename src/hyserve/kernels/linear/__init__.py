@@ -18,6 +18,7 @@ from hyserve.kernels.dispatch import triton_enabled
 from hyserve.kernels.linear.reference import linear_reference
 
 CONFIG_PATH = Path(__file__).parent / "configs" / "gemv.json"
+GEMV_MAX_ROWS = 4  # rows of x the GEMV takes; more go to cuBLAS (a GEMM reuses each W tile across rows)
 _DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 
 
@@ -36,11 +37,9 @@ def gemv_plan(n: int, k: int) -> dict | None:
 
 def linear(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
     """x [..., K], weight [N, K] -> [..., N] (the contract of ``linear_reference``)."""
-    from hyserve.kernels.linear.triton_kernel import MAX_ROWS, gemv_triton
-
     rows = x.numel() // x.shape[-1] if x.shape[-1] else 0
     if (
-        0 < rows <= MAX_ROWS
+        0 < rows <= GEMV_MAX_ROWS
         and x.dtype in _DTYPES
         and weight.dtype == x.dtype
         and weight.stride(-1) == 1
@@ -48,6 +47,8 @@ def linear(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
     ):
         plan = gemv_plan(*weight.shape)
         if plan is not None:
+            from hyserve.kernels.linear.triton_kernel import gemv_triton
+
             x2 = x.reshape(rows, x.shape[-1])
             if x2.stride(-1) != 1:
                 x2 = x2.contiguous()
@@ -55,4 +56,4 @@ def linear(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
     return linear_reference(x, weight)
 
 
-__all__ = ["gemv_plan", "linear", "linear_reference"]
+__all__ = ["GEMV_MAX_ROWS", "gemv_plan", "linear", "linear_reference"]

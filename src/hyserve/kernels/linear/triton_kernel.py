@@ -17,7 +17,7 @@ import torch
 import triton
 import triton.language as tl
 
-MAX_ROWS = 4  # rows of x the GEMV takes; more go to cuBLAS (a GEMM reuses each W tile across rows)
+from hyserve.kernels.linear import GEMV_MAX_ROWS
 
 
 @triton.jit
@@ -61,12 +61,14 @@ def _gemv_kernel(
 def gemv_triton(
     x: torch.Tensor, weight: torch.Tensor, cfg: dict, out: torch.Tensor | None = None
 ) -> torch.Tensor:
-    """x [M, K] (M <= MAX_ROWS, K contiguous), weight [N, K] (K contiguous) -> [M, N] in x's dtype.
+    """x [M, K] (M <= GEMV_MAX_ROWS, K contiguous), weight [N, K] (K contiguous) -> [M, N] in x's dtype.
     cfg: BLOCK_N, BLOCK_K (for one row; divided by M's next power of two), num_warps."""
     M, K = x.shape
     N = weight.shape[0]
-    if M > MAX_ROWS or x.stride(1) != 1 or weight.stride(1) != 1:
-        raise ValueError(f"gemv_triton takes at most {MAX_ROWS} K-contiguous rows, got x {tuple(x.shape)}")
+    if M > GEMV_MAX_ROWS or x.stride(1) != 1 or weight.stride(1) != 1:
+        raise ValueError(
+            f"gemv_triton takes at most {GEMV_MAX_ROWS} K-contiguous rows, got x {tuple(x.shape)}"
+        )
     if out is None:
         out = torch.empty((M, N), dtype=x.dtype, device=x.device)
     if M == 0:
