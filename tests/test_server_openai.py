@@ -10,6 +10,7 @@ import httpx
 import openai
 import pytest
 import torch
+from prometheus_client.parser import text_string_to_metric_families
 from tokenizers import Tokenizer
 from transformers import AutoTokenizer
 
@@ -373,6 +374,21 @@ def test_models_health_and_metrics(server, client):
         assert name in metrics, name
     assert metrics["hyserve:prompt_tokens_total"] > 0 and metrics["hyserve:generation_tokens_total"] > 0
     assert 0.0 <= metrics["hyserve:kv_cache_usage_perc"] <= 1.0
+    # engine steps by kind: the prompts went through mixed steps, the generated tokens through decode steps
+    steps = {
+        (s.name, s.labels["kind"]): s.value
+        for fam in text_string_to_metric_families(httpx.get(f"{server.url}/metrics").text)
+        for s in fam.samples
+        if s.name.startswith("hyserve:iteration_") and s.name.endswith(("_count", "_sum"))
+    }
+    for kind in ("mixed", "decode"):
+        assert steps[("hyserve:iteration_seconds_count", kind)] >= 1, kind
+        assert steps[("hyserve:iteration_seconds_sum", kind)] > 0.0, kind
+    # a decode step computes one token per running sequence; a mixed one at least one prompt token
+    for kind in ("mixed", "decode"):
+        assert (
+            steps[("hyserve:iteration_tokens_sum", kind)] >= steps[("hyserve:iteration_tokens_count", kind)]
+        )
 
 
 def test_echo_scoring_survives_preemption_and_chunked_prefill(reference):

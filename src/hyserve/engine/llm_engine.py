@@ -134,6 +134,7 @@ class LLMEngine:
         )
         self.requests: dict[str, _Request] = {}
         self._pending: PendingStep | None = None  # a launched step whose tokens the host has not read
+        self.last_step: SchedulerOutput | None = None  # the step whose results the last step() returned
         if self.device.type == "cuda" and not args.enforce_eager:
             from hyserve.engine.cuda_graphs import capture_sizes
 
@@ -271,6 +272,7 @@ class LLMEngine:
         (its input tokens come straight from the device), so the GPU runs while the host detokenises and
         checks stops; a sequence that turns out to have stopped wastes one token of compute.
         """
+        self.last_step = None
         if self._pending is None:
             out = self.scheduler.schedule()
             if out.empty:
@@ -279,6 +281,7 @@ class LLMEngine:
             self.scheduler.update_computed(out)
         pending, self._pending = self._pending, None
         self._pending = self._launch_ahead(pending)
+        self.last_step = pending.out
         return self._process(pending.out, pending.wait())
 
     def _launch_ahead(self, pending: PendingStep) -> PendingStep | None:

@@ -17,6 +17,7 @@ import itertools
 import logging
 import queue
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -256,12 +257,15 @@ class AsyncEngine:
 
     def _step(self) -> None:
         before = set(self.engine.requests)
+        start = time.perf_counter()
         try:
             outputs = self.engine.step()
         except Exception as e:
             log.exception("engine step failed; failing the requests in the batch")
             self._fail_batch(before, EngineError(500, f"the engine failed: {type(e).__name__}: {e}"))
             return
+        if self.engine.last_step is not None:
+            self.metrics.record_step(time.perf_counter() - start, self.engine.last_step)
         for out in outputs:
             self._count(out)
         if outputs:

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 from hyserve.engine.outputs import RequestOutput
+from hyserve.engine.scheduler import SchedulerOutput
 
 _TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0)
 _TTFT_BUCKETS += (20.0, 40.0, 80.0, 160.0, 640.0, 2560.0)
@@ -18,6 +19,8 @@ _TPOT_BUCKETS = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 
 _TPOT_BUCKETS += (20.0, 40.0, 80.0)
 _E2E_BUCKETS = (0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0)
 _E2E_BUCKETS += (240.0, 480.0, 960.0, 1920.0, 7680.0)
+_STEP_BUCKETS = (0.001, 0.002, 0.003, 0.005, 0.0075, 0.01, 0.015, 0.02, 0.03, 0.05, 0.075, 0.1, 0.2, 0.5, 1.0)
+_STEP_TOKEN_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384)
 
 
 @dataclass(frozen=True)
@@ -79,6 +82,23 @@ class ServerMetrics:
         self.e2e = histogram(
             "hyserve:e2e_request_latency_seconds", "Arrival to last token, seconds.", _E2E_BUCKETS
         )
+        # per engine step, by kind: "decode" (one token per sequence: the CUDA-graph case) or "mixed"
+        # (prefill tokens in it); where the time of a serving run goes
+        self._step_seconds = Histogram(
+            "hyserve:iteration_seconds",
+            "Wall time of one engine step (with async scheduling: mostly the wait for the step whose tokens it "
+            "returns), seconds.",
+            labels + ["kind"],
+            buckets=_STEP_BUCKETS,
+            registry=self.registry,
+        )
+        self._step_tokens = Histogram(
+            "hyserve:iteration_tokens",
+            "Tokens computed by one engine step.",
+            labels + ["kind"],
+            buckets=_STEP_TOKEN_BUCKETS,
+            registry=self.registry,
+        )
 
     def set_engine_stats(self, stats: EngineStats) -> None:
         self.running.set(stats.num_running)
@@ -88,6 +108,11 @@ class ServerMetrics:
         self.total_blocks.set(stats.num_blocks)
         self.free_slots.set(stats.num_free_slots)
         self.total_slots.set(stats.num_slots)
+
+    def record_step(self, seconds: float, step: SchedulerOutput) -> None:
+        kind = "decode" if step.is_decode else "mixed"
+        self._step_seconds.labels(self._model_name, kind).observe(seconds)
+        self._step_tokens.labels(self._model_name, kind).observe(step.num_tokens)
 
     def record_finished(self, out: RequestOutput) -> None:
         """Latencies and the finish reason of a request that has just finished normally."""
