@@ -484,10 +484,11 @@ def route_and_align_fused(
 
 def route_topk_fused(
     x: torch.Tensor, gate_weight: torch.Tensor, top_k: int, block_e: int | None = None
-) -> Routing:
-    """Router GEMV + softmax/top-k in one launch, no grouping (``sorted_pairs``/``meta`` left unset: the
-    pairs path reads only ``topk_ids``/``topk_weights``). ``block_e``: experts per program (grid E/block_e)."""
-    return _router_route(x, gate_weight, top_k, 16, False, group=False, block_e=block_e)
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Router GEMV + softmax/top-k in one launch, no grouping: (topk_ids [T, k] int32, topk_weights [T, k]
+    fp32), as ``route_topk`` gives from logits. ``block_e``: experts per program (grid E/block_e)."""
+    rt = _router_route(x, gate_weight, top_k, 16, False, group=False, block_e=block_e)
+    return rt.topk_ids, rt.topk_weights
 
 
 def _router_route(

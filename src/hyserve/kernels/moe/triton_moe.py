@@ -89,8 +89,7 @@ def fused_moe_triton(
     target = out if (fuse_shared or not has_shared) else None
     if plan["down_mode"] == "pairs":
         if plan.get("fused_router") and small_routing(T, E, top_k) and not force_large_routing:
-            rt = route_topk_fused(x, gate_weight, top_k, plan.get("router_be"))
-            ids, weights = rt.topk_ids, rt.topk_weights
+            ids, weights = route_topk_fused(x, gate_weight, top_k, plan.get("router_be"))
         else:
             ids, weights = route_topk(F.linear(x, gate_weight), top_k, x.dtype)
         h = gate_up_pairs(x, w_gate_up, sgu, sg, ids, weights, plan["gate_up"])
