@@ -1,6 +1,13 @@
 """Stress the engine offline the way a serving benchmark ends: many requests with different prompt and
 output lengths, so steps mix prefill chunks with decodes and the decode batch shrinks through every
-CUDA-graph bucket. Exits non-zero on any error; prints the batch sizes seen.
+CUDA-graph bucket. Exits non-zero on any error; prints the batch sizes seen and where the time went:
+wall seconds of decode steps (by batch size) and of mixed steps (with prefill tokens). With async
+scheduling the host returns from a step once the step before it is read, so a step's wall time is the
+device time of the step before it while the GPU is the bottleneck.
+
+The c=32 throughput benchmark's workload offline (no HTTP):
+python scripts/stress_engine.py --model DIR --load-format dummy --max-num-seqs 32 --requests 128 \
+    --prompt-len 1024,1024 --output-len 512,512
 
 usage: python scripts/stress_engine.py --model DIR --load-format dummy [--requests 64] [--enforce-eager]
 (run with CUDA_LAUNCH_BLOCKING=1 and --enforce-eager to name the kernel of an asynchronous CUDA error)
@@ -37,16 +44,32 @@ def main() -> None:
         params = SamplingParams(temperature=0.0, max_tokens=rng.randint(lo_o, hi_o), ignore_eos=True)
         engine.add_request(f"stress-{i}", prompt, params)
     sizes: Counter[int] = Counter()
+    seconds: Counter[str] = Counter()
+    counts: Counter[str] = Counter()
     t0 = time.perf_counter()
-    done = steps = 0
+    done = steps = generated = 0
     while engine.has_unfinished_requests():
         sizes[engine.num_running] += 1
-        done += sum(o.finished for o in engine.step())
+        start = time.perf_counter()
+        outputs = engine.step()
+        step = engine.last_step
+        if step is not None:
+            kind = f"decode B={len(step.scheduled)}" if step.is_decode else "mixed"
+            seconds[kind] += time.perf_counter() - start
+            counts[kind] += 1
+            generated += sum(e.sample for e in step.scheduled)
+        done += sum(o.finished for o in outputs)
         steps += 1
     if engine.device.type == "cuda":
         torch.cuda.synchronize()
-    print(f"{done}/{ns.requests} requests finished in {steps} steps, {time.perf_counter() - t0:.1f} s")
+    wall = time.perf_counter() - t0
+    print(
+        f"{done}/{ns.requests} requests finished in {steps} steps, {wall:.1f} s, {generated / wall:.1f} tok/s"
+    )
     print("running sequences per step:", dict(sorted(sizes.items())))
+    print(f"{'step kind':>14} {'steps':>6} {'seconds':>8} {'ms/step':>8}")
+    for kind in sorted(seconds, key=lambda k: -seconds[k])[:12]:
+        print(f"{kind:>14} {counts[kind]:6d} {seconds[kind]:8.2f} {1e3 * seconds[kind] / counts[kind]:8.2f}")
     if done != ns.requests:
         raise SystemExit(1)
 

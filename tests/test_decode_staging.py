@@ -1,0 +1,57 @@
+"""The host staging of a graph-replayed decode step (``stage_decode_inputs``) against a plain rebuild."""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+
+from hyserve.engine.cuda_graphs import stage_decode_inputs
+from hyserve.engine.sampling_params import SamplingParams
+from hyserve.engine.scheduler import ScheduledSequence, SchedulerOutput
+from hyserve.engine.sequence import Sequence
+
+BS, SPARE_BLOCK, SPARE_SLOT, WIDTH = 4, 999, 77, 12
+
+
+def _seqs(rng: random.Random, n: int) -> list[Sequence]:
+    seqs = []
+    for i in range(n):
+        prompt = [rng.randrange(100) for _ in range(rng.randint(1, 20))]
+        seq = Sequence(f"r{i}", prompt, SamplingParams(max_tokens=8))
+        seq.output_token_ids = [rng.randrange(100) for _ in range(rng.randint(0, 6))]
+        seq.num_computed_tokens = seq.num_tokens - 1
+        seq.block_table = rng.sample(range(500), -(-seq.num_tokens // BS))
+        seq.state_slot = i
+        seqs.append(seq)
+    return seqs
+
+
+def test_staging_matches_a_plain_rebuild_and_keeps_read_columns_exact():
+    rng = random.Random(0)
+    rows = np.full((5, 8), -5, dtype=np.int64)
+    tables = np.zeros((8, WIDTH), dtype=np.int32)  # as DecodeGraphs allocates it: block 0 is valid
+    for n, size in ((8, 8), (3, 4), (1, 1), (5, 8)):  # shrinking batches reuse the same buffers
+        seqs = _seqs(rng, n)
+        out = SchedulerOutput([ScheduledSequence(s, 1, sample=True) for s in seqs])
+        stage_decode_inputs(out, rows[:, :size], tables[:size], BS, SPARE_BLOCK, SPARE_SLOT)
+        for i, seq in enumerate(seqs):
+            p = seq.num_computed_tokens
+            assert rows[0, i] == seq.all_token_ids[p]
+            assert rows[1, i] == p and rows[3, i] == p + 1 and rows[4, i] == i
+            assert rows[2, i] == seq.block_table[p // BS] * BS + p % BS
+            read = -(-(p + 1) // BS)  # columns the attention reads for this row
+            assert list(tables[i, :read]) == seq.block_table[:read]
+        for i in range(n, size):  # padded rows: spare slot and block, no KV store, length 1
+            assert list(rows[:, i]) == [0, 0, -1, 1, SPARE_SLOT]
+            assert tables[i, 0] == SPARE_BLOCK
+        assert (tables[:size] >= 0).all(), "every column holds a block id, even stale ones"
+
+
+def test_staging_leaves_ids_alone_when_the_device_supplies_them():
+    seqs = _seqs(random.Random(1), 2)
+    rows = np.full((5, 2), 42, dtype=np.int64)
+    tables = np.zeros((2, WIDTH), dtype=np.int32)
+    out = SchedulerOutput([ScheduledSequence(s, 1, sample=True) for s in seqs])
+    stage_decode_inputs(out, rows, tables, BS, SPARE_BLOCK, SPARE_SLOT, with_ids=False)
+    assert list(rows[0]) == [42, 42]
