@@ -26,26 +26,32 @@ from hyserve import SamplingParams
 from hyserve.engine.args import add_engine_arguments, engine_args_from
 from hyserve.llm import LLM
 
+_compiles: list[tuple[float, str]] = []  # (perf_counter seconds, kernel specialization) of each new variant
 
-def main() -> None:
-    parser = argparse.ArgumentParser()
-    add_engine_arguments(parser, model_required=True)
-    parser.add_argument("--requests", type=int, default=64)
-    parser.add_argument("--prompt-len", default="900,1100")
-    parser.add_argument("--output-len", default="16,600")
-    ns = parser.parse_args()
-    engine = LLM.from_engine_args(engine_args_from(ns)).engine
-    rng = random.Random(0)
+
+def _log_compiles() -> None:
+    """Record every Triton kernel specialization the process builds (or loads) for the first time."""
+    from triton import knobs
+
+    def hook(*, repr: str, **_: object) -> None:
+        _compiles.append((time.perf_counter(), repr))
+
+    knobs.runtime.jit_cache_hook = hook
+
+
+def _run_pass(engine, ns, rng: random.Random, tag: str) -> bool:
     lo_p, hi_p = (int(v) for v in ns.prompt_len.split(","))
     lo_o, hi_o = (int(v) for v in ns.output_len.split(","))
     high = min(engine.config.vocab_size, 248044)
     for i in range(ns.requests):
         prompt = [rng.randrange(high) for _ in range(rng.randint(lo_p, hi_p))]
         params = SamplingParams(temperature=0.0, max_tokens=rng.randint(lo_o, hi_o), ignore_eos=True)
-        engine.add_request(f"stress-{i}", prompt, params)
+        engine.add_request(f"stress-{tag}-{i}", prompt, params)
     sizes: Counter[int] = Counter()
     seconds: Counter[str] = Counter()
     counts: Counter[str] = Counter()
+    slowest: list[tuple[float, str]] = []
+    n_compiles = len(_compiles)
     t0 = time.perf_counter()
     done = steps = generated = 0
     while engine.has_unfinished_requests():
@@ -54,23 +60,49 @@ def main() -> None:
         outputs = engine.step()
         step = engine.last_step
         if step is not None:
+            dt = time.perf_counter() - start
             kind = f"decode B={len(step.scheduled)}" if step.is_decode else "mixed"
-            seconds[kind] += time.perf_counter() - start
+            seconds[kind] += dt
             counts[kind] += 1
             generated += sum(e.sample for e in step.scheduled)
+            detail = f"{kind}: {len(step.scheduled)} seqs, {step.num_tokens} tokens"
+            slowest = sorted([*slowest, (dt, detail)], reverse=True)[:8]
         done += sum(o.finished for o in outputs)
         steps += 1
     if engine.device.type == "cuda":
         torch.cuda.synchronize()
     wall = time.perf_counter() - t0
     print(
-        f"{done}/{ns.requests} requests finished in {steps} steps, {wall:.1f} s, {generated / wall:.1f} tok/s"
+        f"== pass {tag}: {done}/{ns.requests} requests finished in {steps} steps, {wall:.1f} s, "
+        f"{generated / wall:.1f} tok/s"
     )
     print("running sequences per step:", dict(sorted(sizes.items())))
     print(f"{'step kind':>14} {'steps':>6} {'seconds':>8} {'ms/step':>8}")
     for kind in sorted(seconds, key=lambda k: -seconds[k])[:12]:
         print(f"{kind:>14} {counts[kind]:6d} {seconds[kind]:8.2f} {1e3 * seconds[kind] / counts[kind]:8.2f}")
-    if done != ns.requests:
+    print("slowest steps:", "; ".join(f"{1e3 * dt:.0f} ms {d}" for dt, d in slowest))
+    new = _compiles[n_compiles:]
+    print(f"new Triton kernel variants this pass: {len(new)}")
+    for _, r in new[:40]:
+        print("   ", r[:400])
+    return done == ns.requests
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    add_engine_arguments(parser, model_required=True)
+    parser.add_argument("--requests", type=int, default=64)
+    parser.add_argument("--prompt-len", default="900,1100")
+    parser.add_argument("--output-len", default="16,600")
+    parser.add_argument("--passes", type=int, default=1, help="run the workload this many times in a row")
+    parser.add_argument("--log-compiles", action="store_true", help="list Triton kernels compiled per pass")
+    ns = parser.parse_args()
+    if ns.log_compiles:
+        _log_compiles()
+    engine = LLM.from_engine_args(engine_args_from(ns)).engine
+    rng = random.Random(0)
+    ok = all([_run_pass(engine, ns, rng, str(i)) for i in range(ns.passes)])
+    if not ok:
         raise SystemExit(1)
 
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Where the c=32 benchmark's time goes, without HTTP: the workload offline with a per-step-kind breakdown
-# (stress_engine.py), the decode-step profile at the benchmark's context length with graph-replay-only
-# timing (profile_decode.py), then the kernel tests at real shapes. Results: $OUT/results.tgz.
+# Where the c=32 benchmark's time goes, without HTTP: the workload offline, twice in one process, with a
+# per-step-kind breakdown and the Triton kernel variants each pass compiled (stress_engine.py); then the
+# kernel tests at real shapes (KERNEL_TESTS, default all). Results: $OUT/results.tgz.
 set -u
 export PYTHONPATH=/tmp/site:src PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/out}
@@ -10,13 +10,11 @@ M=configs/Qwen3.6-35B-A3B
 run() { local name=$1 limit=$2; shift 2; echo "== $name"; local s=$SECONDS
   timeout "$limit" "$@" > "$W/$name.log" 2>&1; echo "rc=$? in $((SECONDS - s)) s"; tail -n "${TAILN:-3}" "$W/$name.log"; }
 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader
-TAILN=16 run c32_offline 200 python3 scripts/stress_engine.py --model $M --load-format dummy \
+run c32_offline 300 python3 scripts/stress_engine.py --model $M --load-format dummy \
   --max-num-seqs 32 --max-model-len 8192 --gpu-memory-utilization 0.95 --requests 128 \
-  --prompt-len 1024,1024 --output-len 512,512
-TAILN=6 run profile 150 python3 scripts/profile_decode.py --model $M --load-format dummy --kv-cache-memory-gb 8 \
-  --max-num-seqs 32 --max-model-len 4096 --cuda-graph-sizes 1,32 --batch 1,32 --prompt-len 1024 --steps 20 \
-  --no-warmup --top 30
-sed -n '/== batch 32:/,/^$/p' $W/profile.log | head -n 34
-run pytest_kernels 200 python3 -m pytest src/hyserve/kernels -q -p no:cacheprovider
-grep -E "passed|failed" $W/pytest_kernels.log | tail -n 3
+  --prompt-len 1024,1024 --output-len 512,512 --passes 2 --log-compiles
+grep -E "^== pass|^ +(decode B=32|mixed)|^slowest|^new Triton" $W/c32_offline.log
+grep -A40 "^new Triton" $W/c32_offline.log | grep "^    " | cut -c1-150 | sort | uniq -c | sort -rn | head -30
+run pytest_kernels 200 python3 -m pytest ${KERNEL_TESTS:-src/hyserve/kernels} -x -q -p no:cacheprovider
+grep -E "passed|failed|Error|^FAILED|^E " $W/pytest_kernels.log | head -n 30
 tar czf "$OUT/results.tgz" -C $W .
