@@ -25,3 +25,20 @@ def test_warm_up_leaves_the_engine_idle():
     assert engine.cache_manager.num_free_blocks == free_blocks
     assert engine.cache_manager.num_free_slots == free_slots
     assert llm.generate([[5, 6, 7]])[0].outputs[0].token_ids  # still serves
+
+
+def test_warm_up_runs_a_multi_sequence_prefill_and_a_mixed_step():
+    llm = LLM(str(DEMO_MODEL), device="cpu", max_num_batched_tokens=512, max_num_seqs=4)
+    engine = llm.engine
+    steps, step = [], engine.step
+
+    def recording_step():
+        outputs = step()
+        if engine.last_step is not None:
+            steps.append([e.num_new_tokens for e in engine.last_step.scheduled])
+        return outputs
+
+    engine.step = recording_step
+    warm_up(engine)
+    assert any(len(s) >= 2 and all(n > 1 for n in s) for s in steps), "no multi-prompt prefill"
+    assert any(1 in s and max(s) > 1 for s in steps), "no mixed step (decode rows + a prefill chunk)"

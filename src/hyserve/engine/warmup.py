@@ -5,7 +5,10 @@ count: ``kernels/moe/configs``) or a new integer specialisation (a length divisi
 H200 that cost the first long prompt of a fresh server up to 2.5 s of time to first token. Here every
 bucket up to the step budget is met once, with a length on each side of the divisibility rule, by
 single-token requests through the normal engine path (scheduler, runner, sampler); their blocks and
-state slots are freed when they finish.
+state slots are freed when they finish. A last round prefills several prompts in one step and then
+admits one while they decode, which is what every arriving request of a busy server costs: the
+multi-sequence and mixed (decode rows + prefill chunk) cases of the kernels meet their shapes here. (The
+kernels do not specialise on the sequence count, so one such step stands for all counts.)
 """
 
 from __future__ import annotations
@@ -40,9 +43,24 @@ def warm_up(engine) -> None:
         engine.add_request(f"warmup-{i}", [0] * n, params)
         while engine.has_unfinished_requests():
             engine.step()
+    _mixed_round(engine, budget)
     log.info(
         "warm-up: %d prefill lengths up to %d tokens in %.1f s",
         len(lengths),
         budget,
         time.perf_counter() - start,
     )
+
+
+def _mixed_round(engine, budget: int) -> None:
+    """Two prompts prefilled together, then a third admitted while they decode (a mixed step)."""
+    seqs = max(1, engine.scheduler_config.max_num_seqs)
+    lengths = [n for n in (37, 100, 300) if n <= budget][: min(3, seqs)]
+    params = SamplingParams(temperature=0.0, max_tokens=4, ignore_eos=True)
+    for i, n in enumerate(lengths[:2]):
+        engine.add_request(f"warmup-mixed-{i}", [0] * n, params)
+    engine.step()
+    for n in lengths[2:]:
+        engine.add_request("warmup-mixed-2", [0] * n, params)
+    while engine.has_unfinished_requests():
+        engine.step()

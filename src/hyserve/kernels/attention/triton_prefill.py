@@ -84,7 +84,9 @@ def _attend_tile(
     return acc, m_new, l_i
 
 
-@triton.jit
+# The sequence count and the block-table width change with every mixed step: not specialised on (a new
+# value divisible by 16 or equal to 1 would compile another variant in the middle of serving).
+@triton.jit(do_not_specialize=["num_seqs", "stride_bt"])
 def _paged_prefill_kernel(
     q_ptr,
     k_ptr,

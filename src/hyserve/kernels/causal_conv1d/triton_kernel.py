@@ -24,7 +24,7 @@ import triton.language as tl
 _CONFIG = {"BT": 32, "BD": 128, "num_warps": 4}
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["N"])  # the sequence count changes every step: one variant for all
 def _conv_prefill_kernel(
     x_ptr, w_ptr, cs_ptr, cu_ptr, idx_ptr, init_ptr, out_ptr, N, D, stride_xt, stride_ot,
     W: tl.constexpr, BT: tl.constexpr, BD: tl.constexpr, BN: tl.constexpr,
@@ -118,7 +118,7 @@ def causal_conv1d_prefill_triton(
     weight = weight if weight.is_contiguous() else weight.contiguous()
     bt = block_t or _CONFIG["BT"]
     bd = min(block_d or _CONFIG["BD"], triton.next_power_of_2(d))
-    bn = max(16, triton.next_power_of_2(n))
+    bn = max(64, triton.next_power_of_2(n))  # one variant for up to 64 sequences (no compile mid-serving)
     _conv_prefill_kernel[(triton.cdiv(t, bt) + n, triton.cdiv(d, bd))](
         x, weight, conv_state, cu_seqlens, state_indices, _as_int8(has_initial_state), out,
         n, d, x.stride(0), out.stride(0),

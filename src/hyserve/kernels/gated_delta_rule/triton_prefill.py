@@ -92,7 +92,7 @@ def _chunk_inverse(a, PREC: tl.constexpr):
     return tl.dot(p, d_inv, input_precision=PREC)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["N"])
 def _prepare_kernel(
     q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, cu_ptr, w_ptr, u_ptr, cum_ptr, rk_ptr, aqk_ptr, qs_ptr,
     stride_qt, stride_qh, stride_kt, stride_kh, stride_vt, stride_vh, stride_gt, stride_bt, N, scale,
@@ -169,7 +169,7 @@ def _prepare_kernel(
         tl.store(qs_ptr + rows * HV + i_hv, rq * tl.exp(cum), mask=mr)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["N"])
 def _state_kernel(
     k_ptr, w_ptr, u_ptr, cum_ptr, rk_ptr, cu_ptr, state_ptr, idx_ptr, init_ptr, h_ptr, vnew_ptr,
     stride_kt, stride_kh, N,
@@ -233,7 +233,7 @@ def _state_kernel(
     tl.store(state_ptr + s_off, s, mask=mk[:, None] & mv[None, :])
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["N"])
 def _state_output_kernel(
     q_ptr, k_ptr, w_ptr, u_ptr, cum_ptr, rk_ptr, aqk_ptr, qs_ptr, cu_ptr, state_ptr, idx_ptr, init_ptr, o_ptr,
     stride_qt, stride_qh, stride_kt, stride_kh, stride_ot, stride_oh, N,
@@ -301,7 +301,7 @@ def _state_output_kernel(
     tl.store(state_ptr + s_off, s, mask=mk[:, None] & mv[None, :])
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["N"])
 def _output_kernel(
     q_ptr, k_ptr, cum_ptr, rk_ptr, h_ptr, vnew_ptr, o_ptr, cu_ptr,
     stride_qt, stride_qh, stride_kt, stride_kh, stride_ot, stride_oh, N, scale,
@@ -410,7 +410,9 @@ def gated_delta_rule_prefill_triton(
     beta = beta if beta.stride(-1) == 1 else beta.contiguous()
     has_initial_state = _as_int8(has_initial_state)
     group = hv // h
-    bk, bvf, bn = _pow2(kd), _pow2(vd), _pow2(n)
+    # BN (lanes of the sequence search) has a floor of 64 so that every batch of up to 64 sequences shares
+    # one compiled variant: a step's sequence count must not trigger a compilation while serving
+    bk, bvf, bn = _pow2(kd), _pow2(vd), _pow2(n, floor=64)
     max_chunks = triton.cdiv(t, CHUNK) + n
     dt = q.dtype
     prec = "ieee" if dt == torch.float32 else "tf32"  # tf32: fp32-operand dots of the solve, on the GPU
