@@ -30,11 +30,22 @@ _compiles: list[tuple[float, str]] = []  # (perf_counter seconds, kernel special
 
 
 def _log_compiles() -> None:
-    """Record every Triton kernel specialization the process builds (or loads) for the first time."""
+    """Record every Triton kernel specialization the process builds (or loads) for the first time; for a
+    kernel seen before, only the arguments whose specialization differs from its previous variant."""
     from triton import knobs
 
-    def hook(*, repr: str, **_: object) -> None:
-        _compiles.append((time.perf_counter(), repr))
+    seen: dict[str, list[str]] = {}
+
+    def hook(*, repr: str, fn, **_: object) -> None:
+        args = " ".join(repr.split()).split("](", 1)[-1].split(", ")
+        previous = seen.get(fn.name)
+        if previous is None:
+            text = f"{fn.name}: first variant"
+        else:
+            changed = [f"{a} (was {b})" for a, b in zip(args, previous) if a != b]
+            text = f"{fn.name}: " + "; ".join(changed or ["same arguments, other options"]).rstrip(")")
+        seen[fn.name] = args
+        _compiles.append((time.perf_counter(), text))
 
     knobs.runtime.jit_cache_hook = hook
 
@@ -83,8 +94,8 @@ def _run_pass(engine, ns, rng: random.Random, tag: str) -> bool:
     print("slowest steps:", "; ".join(f"{1e3 * dt:.0f} ms {d}" for dt, d in slowest))
     new = _compiles[n_compiles:]
     print(f"new Triton kernel variants this pass: {len(new)}")
-    for _, r in new[:40]:
-        print("   ", r[:400])
+    for _, text in new[:40]:
+        print("   ", text[:600])
     return done == ns.requests
 
 

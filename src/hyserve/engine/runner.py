@@ -211,6 +211,8 @@ class ModelRunner:
                 sample_seqs.append(seq)
                 cursor += 1
         sampled = self._sample(logits[rows], sample_seqs, offset) if sample_seqs else None
+        if sampled is not None:
+            sampled.start_copy()
         return PendingStep(out, sample_seqs, sampled, result)
 
     def _sample(self, logits: torch.Tensor, seqs: list[Sequence], offset: int) -> DeviceSample:
@@ -232,6 +234,7 @@ class ModelRunner:
         # The benchmark case: the argmax came out of the graph. Copy it out of the graph's output buffer, which
         # the next replay (possibly launched before the host reads this one) overwrites.
         sampled = DeviceSample(greedy.clone()) if plain else self._sample(logits, seqs, offset)
+        sampled.start_copy()
         return PendingStep(out, seqs, sampled, RunnerOutput({}, {}, {}))
 
     @torch.inference_mode()

@@ -31,17 +31,41 @@ class DeviceSample:
     logprobs: torch.Tensor | None = None  # [N] fp32 chosen-token logprobs
     top_values: torch.Tensor | None = None  # [N, k] fp32
     top_ids: torch.Tensor | None = None  # [N, k] int64
+    _host: list[torch.Tensor | None] | None = None  # pinned copies of the four fields, once queued
+    _ready: torch.cuda.Event | None = None  # recorded after those copies
+
+    def start_copy(self) -> None:
+        """Queue the copy to pinned host memory now, right behind the step that sampled.
+
+        With async scheduling the next step is launched before the host reads this one; a plain
+        ``.tolist()`` at read time would queue its copy behind that next step and so wait for it too, and
+        the GPU would then idle while the host processes the tokens and launches the step after."""
+        if not self.tokens.is_cuda or self._ready is not None:
+            return
+        self._host = [
+            None
+            if t is None
+            else torch.empty(t.shape, dtype=t.dtype, pin_memory=True).copy_(t, non_blocking=True)
+            for t in (self.tokens, self.logprobs, self.top_values, self.top_ids)
+        ]
+        self._ready = torch.cuda.Event()
+        self._ready.record()
 
     def to_host(self, seqs: list[Sequence]) -> SamplerOutput:
-        tokens = self.tokens.tolist()
-        if self.logprobs is None:
+        fields = [self.tokens, self.logprobs, self.top_values, self.top_ids]
+        if self._ready is not None:
+            self._ready.synchronize()  # this step's copies only (releases the GIL while it waits)
+            fields = self._host
+        tokens_t, logprobs_t, values_t, ids_t = fields
+        tokens = tokens_t.tolist()
+        if logprobs_t is None:
             return SamplerOutput(tokens, None, None)
         top: list[list[tuple[int, float]]] = [[] for _ in seqs]
-        if self.top_values is not None:
-            for i, (v, t) in enumerate(zip(self.top_values.tolist(), self.top_ids.tolist())):
+        if values_t is not None:
+            for i, (v, t) in enumerate(zip(values_t.tolist(), ids_t.tolist())):
                 k = seqs[i].params.logprobs or 0
                 top[i] = list(zip(t[:k], v[:k]))
-        return SamplerOutput(tokens, self.logprobs.tolist(), top)
+        return SamplerOutput(tokens, logprobs_t.tolist(), top)
 
 
 def _penalise(logits: torch.Tensor, seqs: list[Sequence]) -> None:

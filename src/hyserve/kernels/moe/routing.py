@@ -157,7 +157,7 @@ def _group_small(
     _write_blocks(meta_ptr, counts, cols, E, T, N, MAXB, (TP + BLOCK_M - 1) // BLOCK_M, BLOCK_M, HAS_SHARED)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["T", "MAXB"])
 def _route_small_kernel(
     logits_ptr,
     stride_lt,
@@ -206,7 +206,7 @@ def _route_small_kernel(
     )
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["T", "MAXB"])
 def _router_route_kernel(
     x_ptr,
     stride_xt,
@@ -334,7 +334,7 @@ def _route_kernel(
     tl.store(counts_ptr + tb * EP + cols, counts)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["NTB", "T", "MAXB"])
 def _align_scan_kernel(
     counts_ptr,
     base_ptr,

@@ -30,7 +30,7 @@ from hyserve.kernels.moe.triton_gate_up import dot_precision
 from hyserve.kernels.moe.workspace import empty, launch
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["T", "N", "MAXB"])
 def _down_reduce_kernel(
     h_ptr,
     w_ptr,

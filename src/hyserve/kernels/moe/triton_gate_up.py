@@ -34,7 +34,7 @@ import triton.language as tl
 from hyserve.kernels.moe.workspace import empty, launch
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["N", "MAXB"])
 def _gate_up_kernel(
     x_ptr,
     w_ptr,

@@ -16,6 +16,11 @@ one gate_up and one down kernel over the (token, expert) pairs, no grouping). 3 
 without the fused router), no host syncs (CUDA-graph safe), deterministic (no atomics). Tile plans come from
 ``configs.get_plan`` (JSON per shape, by token bucket). T above PREFILL_CHUNK runs in chunks to bound
 the [T*(k+1), H] intermediate of the prefill path.
+
+The kernels with more than one per-call size argument (token, pair and block counts) do not specialise on
+them (``do_not_specialize``): Triton would compile a variant per combination of "divisible by 16" of
+those sizes, which a start-up warm-up cannot enumerate, so a serving step with a new token count would
+stall on a compilation (seen on the H200: ~2 s in the middle of the c=32 benchmark).
 """
 
 from __future__ import annotations

@@ -24,7 +24,7 @@ from hyserve.kernels.moe.triton_gate_up import dot_precision
 from hyserve.kernels.moe.workspace import empty, launch
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["N", "MAXB"])
 def _down_kernel(
     h_ptr,
     w_ptr,
@@ -84,7 +84,7 @@ def _down_kernel(
     )
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["T", "N"])
 def _sum_kernel(
     y_ptr,
     out_ptr,
