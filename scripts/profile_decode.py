@@ -16,12 +16,12 @@ from __future__ import annotations
 import argparse
 import os
 import time
-from collections import defaultdict
 
 import torch
 from torch.profiler import ProfilerActivity, profile
 
 from hyserve import SamplingParams
+from hyserve.bench.kernel_profile import kernel_times, print_kernel_table
 from hyserve.engine.args import add_engine_arguments, engine_args_from
 from hyserve.llm import LLM
 
@@ -85,19 +85,11 @@ def main() -> None:
             _run_steps(engine, ns.steps)
         while engine.has_unfinished_requests():
             engine.step()
-        per_name: dict[str, list[float]] = defaultdict(lambda: [0, 0.0])
-        for ev in prof.events():
-            if ev.device_type == torch.autograd.DeviceType.CUDA and ev.device_time > 0:
-                row = per_name[ev.name]
-                row[0] += 1
-                row[1] += ev.device_time
-        kernel_us = sum(r[1] for r in per_name.values()) / ns.steps
+        rows = kernel_times(prof, ns.steps)
+        kernel_us = sum(r[2] for r in rows)
         print(f"\n== batch {b}: step {step_ms:.3f} ms wall, kernels {kernel_us / 1e3:.3f} ms per step")
-        print(f"{'launches':>8} {'us/step':>9} {'share':>6}  kernel")
-        for name, (count, us) in sorted(per_name.items(), key=lambda kv: -kv[1][1])[: ns.top]:
-            share = us / ns.steps / (step_ms * 1e3)
-            print(f"{count / ns.steps:8.1f} {us / ns.steps:9.1f} {share:6.1%}  {name[:110]}")
-        launches = sum(r[0] for r in per_name.values()) / ns.steps
+        print_kernel_table(rows, step_ms, ns.top)
+        launches = sum(r[1] for r in rows)
         summary.append((b, step_ms, replay_ms, kernel_us / 1e3, launches))
         if ns.trace_dir:
             os.makedirs(ns.trace_dir, exist_ok=True)

@@ -23,6 +23,7 @@ from collections import Counter
 import torch
 
 from hyserve import SamplingParams
+from hyserve.bench.kernel_profile import kernel_times, print_kernel_table
 from hyserve.engine.args import add_engine_arguments, engine_args_from
 from hyserve.llm import LLM
 
@@ -50,6 +51,22 @@ def _log_compiles() -> None:
     knobs.runtime.jit_cache_hook = hook
 
 
+PROFILE_STEPS = 20
+
+
+def _toggle_profile(engine, prof):
+    """Start a kernel profile (prof None) or stop the running one; returns the profile object."""
+    if engine.device.type == "cuda":
+        torch.cuda.synchronize(engine.device)
+    if prof is None:
+        acts = [torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]
+        prof = torch.profiler.profile(activities=acts[: 1 + (engine.device.type == "cuda")])
+        prof.__enter__()
+    else:
+        prof.__exit__(None, None, None)
+    return prof
+
+
 def _run_pass(engine, ns, rng: random.Random, tag: str) -> bool:
     lo_p, hi_p = (int(v) for v in ns.prompt_len.split(","))
     lo_o, hi_o = (int(v) for v in ns.output_len.split(","))
@@ -62,16 +79,24 @@ def _run_pass(engine, ns, rng: random.Random, tag: str) -> bool:
     seconds: Counter[str] = Counter()
     counts: Counter[str] = Counter()
     slowest: list[tuple[float, str]] = []
+    decode_ms: list[float] = []  # wall ms of each decode step, in order (windows show drift over the run)
     n_compiles = len(_compiles)
+    prof, profiling, prof_wall = None, False, 0.0
     t0 = time.perf_counter()
     done = steps = generated = 0
     while engine.has_unfinished_requests():
+        if ns.profile_at and tag == "0" and steps in (ns.profile_at, ns.profile_at + PROFILE_STEPS):
+            prof, profiling = _toggle_profile(engine, prof), not profiling
         sizes[engine.num_running] += 1
         start = time.perf_counter()
         outputs = engine.step()
         step = engine.last_step
         if step is not None:
             dt = time.perf_counter() - start
+            if profiling:
+                prof_wall += dt
+            if step.is_decode:
+                decode_ms.append(1e3 * dt)
             kind = f"decode B={len(step.scheduled)}" if step.is_decode else "mixed"
             seconds[kind] += dt
             counts[kind] += 1
@@ -91,6 +116,20 @@ def _run_pass(engine, ns, rng: random.Random, tag: str) -> bool:
     print(f"{'step kind':>14} {'steps':>6} {'seconds':>8} {'ms/step':>8}")
     for kind in sorted(seconds, key=lambda k: -seconds[k])[:12]:
         print(f"{kind:>14} {counts[kind]:6d} {seconds[kind]:8.2f} {1e3 * seconds[kind] / counts[kind]:8.2f}")
+    window = 256
+    means = [
+        sum(decode_ms[i : i + window]) / len(decode_ms[i : i + window])
+        for i in range(0, len(decode_ms), window)
+    ]
+    print(f"decode ms/step by window of {window} decode steps:", " ".join(f"{m:.2f}" for m in means))
+    if prof is not None:
+        rows = kernel_times(prof, PROFILE_STEPS)
+        kernel_ms = sum(r[2] for r in rows) / 1e3
+        print(
+            f"profiled steps {ns.profile_at}..{ns.profile_at + PROFILE_STEPS - 1}: "
+            f"{prof_wall * 1e3 / PROFILE_STEPS:.3f} ms wall, {kernel_ms:.3f} ms of kernels per step"
+        )
+        print_kernel_table(rows, kernel_ms, 16)
     print("slowest steps:", "; ".join(f"{1e3 * dt:.0f} ms {d}" for dt, d in slowest))
     new = _compiles[n_compiles:]
     print(f"new Triton kernel variants this pass: {len(new)}")
@@ -107,6 +146,9 @@ def main() -> None:
     parser.add_argument("--output-len", default="16,600")
     parser.add_argument("--passes", type=int, default=1, help="run the workload this many times in a row")
     parser.add_argument("--log-compiles", action="store_true", help="list Triton kernels compiled per pass")
+    parser.add_argument(
+        "--profile-at", type=int, default=0, help=f"profile {PROFILE_STEPS} steps of pass 0 from this step on"
+    )
     ns = parser.parse_args()
     if ns.log_compiles:
         _log_compiles()

@@ -7,7 +7,8 @@ median, L2 flushed before every replay), the bytes that must move (distinct rout
 touched x expert bytes + the shared expert + the router + x and out), GB/s and % of 4.0 TB/s, TFLOP/s
 and % of 728 (2 * T * ((k+1) * 3HI + EH) flops), and the eager torch reference for comparison.
 ``--breakdown`` adds the per-stage times (router GEMV, routing/grouping, gate_up, down) of the eager
-pipeline. Inputs: realistic router (N(0, 1/H) weights on RMS-normalised x), fresh random weights.
+pipeline. ``--routing`` times only the routing variants per T (graph-replayed, microseconds): one program,
+split top-k (tokens per program 1/2/4/8) + one grouping program, the three-kernel large path. Inputs: realistic router (N(0, 1/H) weights on RMS-normalised x), fresh random weights.
 """
 
 from __future__ import annotations
@@ -133,6 +134,41 @@ def stage_times(x: torch.Tensor, layer: dict, top_k: int) -> dict[str, float]:
     }
 
 
+ROUTING_T = (8, 16, 24, 32, 48, 64)
+
+
+def _blocks(rt) -> list[list[int]]:
+    """The block list of a Routing (entries past the block count are unwritten)."""
+    meta, mb = rt.meta.tolist(), rt.max_blocks
+    n = meta[3 * mb]
+    return [meta[i * mb : i * mb + n] for i in range(3)]
+
+
+def routing_times(T: int, top_k: int = 8, block_m: int = 16) -> dict[str, float]:
+    """Graph-replayed microseconds of each routing variant on the same logits (outputs checked equal)."""
+    from hyserve.kernels.moe import routing
+
+    layer = make_layer()
+    logits = F.linear(make_x(T), layer["gate_weight"])
+    ref = routing.route_and_align(logits, top_k, block_m, True, logits.dtype, split=False)
+    variants = {"single": dict(split=False), "large": dict(force_large=True)}
+    for bt in (1, 2, 4, 8):
+        variants[f"split{bt}"] = dict(split=True, bt=bt)
+    out = {}
+    for name, kw in variants.items():
+        bt = kw.pop("bt", None)
+        saved = routing.SPLIT_BLOCK_T
+        routing.SPLIT_BLOCK_T = bt or saved
+        try:
+            fn = lambda kw=kw: routing.route_and_align(logits, top_k, block_m, True, logits.dtype, **kw)  # noqa: E731
+            rt = fn()
+            same = torch.equal(rt.sorted_pairs, ref.sorted_pairs) and _blocks(rt) == _blocks(ref)
+            out[name] = time_ms(fn, graph=True) * 1e3 if same else float("nan")
+        finally:
+            routing.SPLIT_BLOCK_T = saved
+    return out
+
+
 def run_bench(
     tokens: tuple[int, ...] = DECODE_T + PREFILL_T, ref: bool = True, breakdown: bool = False, top_k: int = 8
 ) -> list[dict]:
@@ -203,8 +239,17 @@ def main() -> None:
     ap.add_argument("--tokens", default=",".join(map(str, DECODE_T + PREFILL_T)))
     ap.add_argument("--no-ref", action="store_true")
     ap.add_argument("--breakdown", action="store_true")
+    ap.add_argument("--routing", action="store_true", help="time the routing variants only (us, nan: wrong)")
     a = ap.parse_args()
     assert torch.cuda.is_available(), "the benchmark needs the GPU"
+    if a.routing:
+        for T in (
+            ROUTING_T
+            if a.tokens == ",".join(map(str, DECODE_T + PREFILL_T))
+            else map(int, a.tokens.split(","))
+        ):
+            print(f"T={T:3d} " + "  ".join(f"{k} {v:6.1f}" for k, v in routing_times(T).items()), flush=True)
+        return
     print(HEADER)
     rows = run_bench(tuple(int(t) for t in a.tokens.split(",")), ref=not a.no_ref, breakdown=a.breakdown)
     print()

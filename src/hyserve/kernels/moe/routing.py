@@ -14,12 +14,15 @@ all SMs). Outputs (all int32 unless noted, no host reads, CUDA-graph safe; grids
   ``meta[b]``; expert id E means the shared expert. Routed blocks come first, by expert id, then the
   ``cdiv(T, BLOCK_M)`` shared blocks. MAXB (``max_blocks``) is a host bound that depends on T only.
 
-Two implementations of the grouping, same outputs:
+Three implementations of the grouping, same outputs:
 
-- small T (``TP*KP <= SMALL_PAIRS``): one program (``_route_small_kernel``) does everything: softmax and
-  top-k on a [TP, EP] tile; the row of pair i is the rank of its unique key ``expert*N + i`` (a
-  [chunk, TP*KP] comparison summed per row: a counting sort without ``tl.sort``); ``tl.histogram`` for
-  the per-expert counts, block list from cumsums. One launch: this is the decode path.
+- small T (``TP*KP <= SMALL_PAIRS``), fewer than ``SPLIT_MIN_TOKENS`` tokens: one program
+  (``_route_small_kernel``) does everything: softmax and top-k on a [TP, EP] tile; the row of pair i is
+  the rank of its unique key ``expert*N + i`` (a [chunk, NP] comparison summed per row: a counting sort
+  without ``tl.sort``); ``tl.histogram`` for the per-expert counts, block list from cumsums. One launch.
+- small T from ``SPLIT_MIN_TOKENS`` on ("split"): ``_topk_kernel`` (grid over tokens, SPLIT_BLOCK_T each) then
+  ``_group_kernel`` (one program, the same grouping from the stored ids). Two launches, but the top-k
+  no longer runs row after row in one program (at T = 32 that program took ~25 us on the H200).
 - large T: ``_route_kernel`` (grid cdiv(T, BT): top-k + per-token-block histogram [NTB, EP]),
   ``_align_scan_kernel`` (one program: per-expert totals, each token block's base offset per expert,
   the block list) and ``_align_scatter_kernel`` (grid NTB: each pair lands at base[tb, expert] + its
@@ -37,6 +40,10 @@ import triton.language as tl
 from hyserve.kernels.moe.workspace import empty, launch
 
 SMALL_PAIRS = 512  # largest TP*KP the single-program path takes (T <= 64 at k = 8)
+# From this many tokens the small path splits top-k (grid over tokens, SPLIT_BLOCK_T per program) from the
+# grouping (one program): a single program's top-k over [TP, E] serialises TP rows of 8 arg-max passes
+SPLIT_MIN_TOKENS = 16
+SPLIT_BLOCK_T = 2
 RANK_CHUNK = tl.constexpr(128)  # rows of the [RANK_CHUNK, P] key comparison done at once
 _BIG = tl.constexpr(2**31 - 1)
 
@@ -113,6 +120,47 @@ def _write_blocks(
 
 
 @triton.jit
+def _group_pairs(
+    ids_ptr,
+    sorted_ptr,
+    meta_ptr,
+    T,
+    E,
+    MAXB,
+    K: tl.constexpr,
+    NP: tl.constexpr,
+    EP: tl.constexpr,
+    MAX_NB: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    HAS_SHARED: tl.constexpr,
+):
+    """One program groups the N = T*K pairs of ``topk_ids`` (already in memory, [N] flat; NP =
+    next_pow2(N)) by expert: ``sorted_pairs`` and the block list."""
+    N = T * K
+    i = tl.arange(0, NP)
+    valid = i < N
+    ids = tl.load(ids_ptr + i, mask=valid, other=0)
+    # row of pair i = rank of its unique key expert*N + i among all keys (a counting sort by comparison:
+    # no tl.sort, whose xor-reductions the interpreter runs element by element)
+    key = tl.where(valid, ids * N + i, _BIG)
+    if NP <= RANK_CHUNK:
+        rank = tl.sum((key[None, :] < key[:, None]).to(tl.int32), axis=1)
+        tl.store(sorted_ptr + rank, i, mask=valid)
+    else:
+        ci = tl.arange(0, RANK_CHUNK)
+        for c0 in range(0, N, RANK_CHUNK):
+            pi = c0 + ci
+            m = pi < N
+            kc_ = tl.where(m, tl.load(ids_ptr + pi, mask=m, other=0) * N + pi, _BIG)
+            rank = tl.sum((key[None, :] < kc_[:, None]).to(tl.int32), axis=1)
+            tl.store(sorted_ptr + rank, pi, mask=m)
+    cols = tl.arange(0, EP)
+    counts = tl.histogram(tl.where(valid, ids, 0), EP)
+    counts = counts - tl.where(cols == 0, NP - N, 0)  # the padding lanes all went to bin 0
+    _write_blocks(meta_ptr, counts, cols, E, T, N, MAXB, MAX_NB, BLOCK_M, HAS_SHARED)
+
+
+@triton.jit
 def _group_small(
     logits,
     rows,
@@ -133,28 +181,57 @@ def _group_small(
     HAS_SHARED: tl.constexpr,
 ):
     """One program: top-k of the [TP, EP] logits (fp32, -inf past E), then the expert grouping."""
-    ids, valid, pair = _topk_store(logits, rows, rows < T, cols, E, ids_ptr, w_ptr, K, KP, ROUND)
+    _topk_store(logits, rows, rows < T, cols, E, ids_ptr, w_ptr, K, KP, ROUND)
+    tl.debug_barrier()  # the ids stored above are re-read by other threads of this program
+    NP: tl.constexpr = TP * KP
+    MAX_NB: tl.constexpr = (TP + BLOCK_M - 1) // BLOCK_M
+    _group_pairs(ids_ptr, sorted_ptr, meta_ptr, T, E, MAXB, K, NP, EP, MAX_NB, BLOCK_M, HAS_SHARED)
 
-    N = T * K
-    P: tl.constexpr = TP * KP
-    # row of pair i = rank of its unique key expert*N + i among all keys (a counting sort by comparison:
-    # no tl.sort, whose xor-reductions the interpreter runs element by element)
-    key = tl.reshape(tl.where(valid, ids * N + pair, _BIG), [P])
-    if P <= RANK_CHUNK:
-        rank = tl.sum((key[None, :] < key[:, None]).to(tl.int32), axis=1)
-        tl.store(sorted_ptr + rank, tl.reshape(pair, [P]), mask=tl.reshape(valid, [P]))
-    else:
-        tl.debug_barrier()  # the ids stored above are re-read by other threads of this program
-        ci = tl.arange(0, RANK_CHUNK)
-        for c0 in range(0, N, RANK_CHUNK):
-            pi = c0 + ci
-            m = pi < N
-            kc_ = tl.where(m, tl.load(ids_ptr + pi, mask=m, other=0) * N + pi, _BIG)
-            rank = tl.sum((key[None, :] < kc_[:, None]).to(tl.int32), axis=1)
-            tl.store(sorted_ptr + rank, pi, mask=m)
-    counts = tl.histogram(tl.reshape(tl.where(valid, ids, 0), [P]), EP)
-    counts = counts - tl.where(cols == 0, P - N, 0)  # the invalid entries all went to bin 0
-    _write_blocks(meta_ptr, counts, cols, E, T, N, MAXB, (TP + BLOCK_M - 1) // BLOCK_M, BLOCK_M, HAS_SHARED)
+
+@triton.jit(do_not_specialize=["T", "MAXB"])
+def _group_kernel(
+    ids_ptr,
+    sorted_ptr,
+    meta_ptr,
+    T,
+    E,
+    MAXB,
+    K: tl.constexpr,
+    NP: tl.constexpr,
+    EP: tl.constexpr,
+    MAX_NB: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    HAS_SHARED: tl.constexpr,
+):
+    """Grid (1,): the grouping of the split path, after ``_topk_kernel`` wrote ``topk_ids``."""
+    _group_pairs(ids_ptr, sorted_ptr, meta_ptr, T, E, MAXB, K, NP, EP, MAX_NB, BLOCK_M, HAS_SHARED)
+
+
+@triton.jit(do_not_specialize=["T"])
+def _topk_kernel(
+    logits_ptr,
+    stride_lt,
+    ids_ptr,
+    w_ptr,
+    T,
+    E,
+    K: tl.constexpr,
+    KP: tl.constexpr,
+    BT: tl.constexpr,
+    EP: tl.constexpr,
+    ROUND: tl.constexpr,
+):
+    """Grid (cdiv(T, BT),): softmax/top-k/renormalise of BT tokens per program, no grouping."""
+    rows = tl.program_id(0) * BT + tl.arange(0, BT)
+    cols = tl.arange(0, EP)
+    rmask = rows < T
+    logits = tl.load(
+        logits_ptr + rows[:, None].to(tl.int64) * stride_lt + cols[None, :],
+        mask=rmask[:, None] & (cols[None, :] < E),
+        other=0.0,
+    ).to(tl.float32)
+    logits = tl.where(cols[None, :] < E, logits, float("-inf"))
+    _topk_store(logits, rows, rmask, cols, E, ids_ptr, w_ptr, K, KP, ROUND)
 
 
 @triton.jit(do_not_specialize=["T", "MAXB"])
@@ -423,32 +500,30 @@ def _round_code(dtype: torch.dtype) -> int:
 
 
 def route_topk(
-    logits: torch.Tensor, top_k: int, weight_dtype: torch.dtype
+    logits: torch.Tensor, top_k: int, weight_dtype: torch.dtype, block_t: int | None = None
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """logits [T, E] -> (topk_ids [T, k] int32, topk_weights [T, k] fp32 rounded through weight_dtype)."""
+    """logits [T, E] -> (topk_ids [T, k] int32, topk_weights [T, k] fp32 rounded through weight_dtype).
+
+    ``block_t``: tokens per program (grid cdiv(T, block_t)); default: as many as a 4096-element tile holds."""
     T, E = logits.shape
     ids = empty((T, top_k), torch.int32, logits.device)
     w = empty((T, top_k), torch.float32, logits.device)
     if T == 0:
         return ids, w
     EP = triton.next_power_of_2(E)
-    KP = triton.next_power_of_2(top_k)
-    BT = max(1, min(16, 4096 // EP))
-    ntb = triton.cdiv(T, BT)
-    counts = empty((ntb, EP), torch.int32, logits.device)
+    bt = block_t or max(1, min(16, 4096 // EP))
     launch(
-        _route_kernel,
-        (ntb,),
+        _topk_kernel,
+        (triton.cdiv(T, bt),),
         logits,
         logits.stride(0),
         ids,
         w,
-        counts,
         T,
         E,
         top_k,
-        KP,
-        BT,
+        triton.next_power_of_2(top_k),
+        bt,
         EP,
         _round_code(weight_dtype),
         num_warps=4,
@@ -561,22 +636,47 @@ def route_and_align(
     with_shared: bool,
     weight_dtype: torch.dtype,
     force_large: bool = False,
+    split: bool | None = None,
 ) -> Routing:
-    """Route T tokens (logits [T, E], any float dtype) and group the pairs by expert (T >= 1)."""
+    """Route T tokens (logits [T, E], any float dtype) and group the pairs by expert (T >= 1).
+
+    ``split`` (small T only): top-k over a grid of programs, then the grouping in one (two launches)
+    instead of one program doing both; None picks it from T (``SPLIT_MIN_TOKENS``)."""
     T, E = logits.shape
     dev = logits.device
     assert logits.stride(1) == 1
-    EP = triton.next_power_of_2(E)
-    KP = triton.next_power_of_2(top_k)
-    TP = triton.next_power_of_2(T)
     n = T * top_k
     mb = max_blocks(T, E, top_k, block_m, with_shared)
-    ids = empty((T, top_k), torch.int32, dev)
-    w = empty((T, top_k), torch.float32, dev)
     sorted_pairs = empty((n,), torch.int32, dev)
     meta = empty((3 * mb + 1,), torch.int32, dev)
     rnd = _round_code(weight_dtype)
-    if small_routing(T, E, top_k) and not force_large:
+    EP = triton.next_power_of_2(E)
+    KP = triton.next_power_of_2(top_k)
+    TP = triton.next_power_of_2(T)
+    if not small_routing(T, E, top_k) or force_large:
+        ids, w = _route_large(logits, top_k, block_m, with_shared, rnd, mb, sorted_pairs, meta)
+    elif split if split is not None else T >= SPLIT_MIN_TOKENS:
+        ids, w = route_topk(logits, top_k, weight_dtype, SPLIT_BLOCK_T)
+        launch(
+            _group_kernel,
+            (1,),
+            ids,
+            sorted_pairs,
+            meta,
+            T,
+            E,
+            mb,
+            top_k,
+            triton.next_power_of_2(n),
+            EP,
+            triton.cdiv(TP, block_m),
+            block_m,
+            with_shared,
+            num_warps=8 if n * EP >= 32768 else 4,
+        )
+    else:
+        ids = empty((T, top_k), torch.int32, dev)
+        w = empty((T, top_k), torch.float32, dev)
         launch(
             _route_small_kernel,
             (1,),
@@ -598,45 +698,64 @@ def route_and_align(
             with_shared,
             num_warps=8 if TP * EP >= 4096 else 4,
         )
-    else:
-        BT = max(1, min(16, 4096 // EP, RANK_CHUNK.value // KP))
-        ntb = triton.cdiv(T, BT)
-        counts = empty((ntb, EP), torch.int32, dev)
-        base = empty((ntb, EP), torch.int32, dev)
-        launch(
-            _route_kernel,
-            (ntb,),
-            logits,
-            logits.stride(0),
-            ids,
-            w,
-            counts,
-            T,
-            E,
-            top_k,
-            KP,
-            BT,
-            EP,
-            rnd,
-            num_warps=4,
-        )
-        CT = max(1, min(64, 8192 // EP))
-        launch(
-            _align_scan_kernel,
-            (1,),
-            counts,
-            base,
-            meta,
-            ntb,
-            T,
-            E,
-            mb,
-            top_k,
-            EP,
-            CT,
-            block_m,
-            with_shared,
-            num_warps=8,
-        )
-        launch(_align_scatter_kernel, (ntb,), ids, base, sorted_pairs, T, top_k, KP, BT, EP, num_warps=4)
     return Routing(ids, w, sorted_pairs, meta, mb, block_m)
+
+
+def _route_large(
+    logits: torch.Tensor,
+    top_k: int,
+    block_m: int,
+    with_shared: bool,
+    rnd: int,
+    mb: int,
+    sorted_pairs: torch.Tensor,
+    meta: torch.Tensor,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Top-k + per-token-block histograms, one scan program, then the scatter (three launches)."""
+    T, E = logits.shape
+    dev = logits.device
+    EP = triton.next_power_of_2(E)
+    KP = triton.next_power_of_2(top_k)
+    ids = empty((T, top_k), torch.int32, dev)
+    w = empty((T, top_k), torch.float32, dev)
+    BT = max(1, min(16, 4096 // EP, RANK_CHUNK.value // KP))
+    ntb = triton.cdiv(T, BT)
+    counts = empty((ntb, EP), torch.int32, dev)
+    base = empty((ntb, EP), torch.int32, dev)
+    launch(
+        _route_kernel,
+        (ntb,),
+        logits,
+        logits.stride(0),
+        ids,
+        w,
+        counts,
+        T,
+        E,
+        top_k,
+        KP,
+        BT,
+        EP,
+        rnd,
+        num_warps=4,
+    )
+    CT = max(1, min(64, 8192 // EP))
+    launch(
+        _align_scan_kernel,
+        (1,),
+        counts,
+        base,
+        meta,
+        ntb,
+        T,
+        E,
+        mb,
+        top_k,
+        EP,
+        CT,
+        block_m,
+        with_shared,
+        num_warps=8,
+    )
+    launch(_align_scatter_kernel, (ntb,), ids, base, sorted_pairs, T, top_k, KP, BT, EP, num_warps=4)
+    return ids, w

@@ -188,7 +188,7 @@ def _expected_meta(ids: torch.Tensor, E: int, bm: int, with_shared: bool) -> lis
 
 
 @pytest.mark.parametrize("T", [1, 33, 100])
-@pytest.mark.parametrize("mode", ["small", "large", "fused"])
+@pytest.mark.parametrize("mode", ["small", "split", "large", "fused"])
 def test_routing_and_grouping(T: int, mode: str) -> None:
     from hyserve.kernels.moe import routing
 
@@ -199,7 +199,9 @@ def test_routing_and_grouping(T: int, mode: str) -> None:
         assert int(routing._counter(d["x"].device).item()) == 0  # reset for the next launch
     else:
         logits = torch.nn.functional.linear(d["x"], d["gate_weight"])
-        rt = routing.route_and_align(logits, top_k, bm, True, d["x"].dtype, force_large=mode == "large")
+        rt = routing.route_and_align(
+            logits, top_k, bm, True, d["x"].dtype, force_large=mode == "large", split=mode == "split"
+        )
     w_ref, ids_ref = route_reference(d["x"], d["gate_weight"], top_k)
     assert torch.equal(rt.topk_ids.long(), ids_ref)
     torch.testing.assert_close(rt.topk_weights, w_ref.float(), rtol=1e-5, atol=1e-6)
