@@ -285,17 +285,27 @@ class LLMEngine:
         return self._process(pending.out, pending.wait())
 
     def _launch_ahead(self, pending: PendingStep) -> PendingStep | None:
-        """Launch the next decode step for the sequences that will surely continue, or return None."""
-        if not self.args.async_scheduling or pending.sampled is None or self.scheduler.waiting:
+        """Launch the next decode step for the sequences that will surely continue, or return None.
+
+        With requests waiting, only while none of them could join the next step anyway (every sequence
+        slot taken, none freed by a length limit in ``pending``): a full batch with a queue behind it (the
+        c=32 benchmark's steady state) then keeps the GPU fed too. A sequence that stops on a stop token
+        frees its slot one step late (its waiting successor starts one decode step later)."""
+        if not self.args.async_scheduling or pending.sampled is None:
             return None
         if not pending.out.is_decode or len(pending.seqs) != len(pending.out.scheduled):
             return None
+        waiting = bool(self.scheduler.waiting)
+        if waiting and len(self.scheduler.running) < self.scheduler.config.max_num_seqs:
+            return None  # a waiting request may be admitted: schedule the next step on the host
         rows, entries = [], []
         for i, seq in enumerate(pending.seqs):
             p = seq.params
             if p.needs_penalties or seq.status.finished:
                 return None  # penalties need the token the host has not seen yet
             if self._length_reached(seq, in_flight=1):
+                if waiting:
+                    return None  # its slot goes to a waiting request in the next step
                 continue
             if not self.cache_manager.can_allocate(seq, seq.num_computed_tokens + 1):
                 return None

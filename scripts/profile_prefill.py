@@ -1,0 +1,63 @@
+"""Where a prefill's time goes (time to first token without HTTP): one request of each prompt length
+on an idle engine, ``max_tokens=1``, timed from ``add_request`` to its output (median of ``--reps``),
+then one more run under ``torch.profiler``: kernel time by name.
+
+usage: python scripts/profile_prefill.py --model DIR [--load-format dummy] [--prompt-lens 128,1024,4096]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+import torch
+from torch.profiler import ProfilerActivity, profile
+
+from hyserve import SamplingParams
+from hyserve.bench.kernel_profile import kernel_times, print_kernel_table
+from hyserve.engine.args import add_engine_arguments, engine_args_from
+from hyserve.llm import LLM
+
+
+def _prefill(engine, prompt: list[int], tag: str) -> float:
+    """Seconds from adding the request to its first (and only) token on the host."""
+    params = SamplingParams(temperature=0.0, max_tokens=1, ignore_eos=True)
+    t0 = time.perf_counter()
+    engine.add_request(tag, prompt, params)
+    while engine.has_unfinished_requests():
+        engine.step()
+    return time.perf_counter() - t0
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    add_engine_arguments(parser, model_required=True)
+    parser.add_argument("--prompt-lens", default="128,1024,4096")
+    parser.add_argument("--reps", type=int, default=5)
+    parser.add_argument("--top", type=int, default=18, help="kernel names to list per prompt length")
+    ns = parser.parse_args()
+    engine = LLM.from_engine_args(engine_args_from(ns)).engine
+    gen = torch.Generator().manual_seed(0)
+    high = min(engine.config.vocab_size, 248044)
+    summary = []
+    for n in [int(x) for x in ns.prompt_lens.split(",")]:
+        prompts = [torch.randint(0, high, (n,), generator=gen).tolist() for _ in range(ns.reps + 2)]
+        _prefill(engine, prompts[0], f"warm-{n}")
+        ms = statistics.median(_prefill(engine, p, f"p{n}-{i}") for i, p in enumerate(prompts[1:-1])) * 1e3
+        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+            _prefill(engine, prompts[-1], f"prof-{n}")
+        rows = kernel_times(prof, 1)
+        kernel_ms = sum(r[2] for r in rows) / 1e3
+        print(
+            f"\n== prompt {n}: {ms:.2f} ms to the first token (median of {ns.reps}), kernels {kernel_ms:.2f} ms"
+        )
+        print_kernel_table(rows, ms, ns.top)
+        summary.append((n, ms, kernel_ms))
+    print(f"\n{'prompt':>6} {'TTFT ms':>8} {'kernel ms':>9}")
+    for n, ms, kernel_ms in summary:
+        print(f"{n:>6} {ms:8.2f} {kernel_ms:9.2f}")
+
+
+if __name__ == "__main__":
+    main()
