@@ -30,12 +30,28 @@ def _prefill(engine, prompt: list[int], tag: str) -> float:
     return time.perf_counter() - t0
 
 
+def _host_profile(engine, prompt: list[int], n: int, top: int) -> None:
+    """cProfile of one prefill: where the host's time goes (launch overhead of the eager step)."""
+    import cProfile
+    import pstats
+
+    pr = cProfile.Profile()
+    pr.enable()
+    _prefill(engine, prompt, f"cprof-{n}")
+    pr.disable()
+    stats = pstats.Stats(pr)
+    print(f"-- host time of one {n}-token prefill by function (tottime, then cumulative):")
+    stats.sort_stats("tottime").print_stats(top)
+    stats.sort_stats("cumulative").print_stats(top)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     add_engine_arguments(parser, model_required=True)
     parser.add_argument("--prompt-lens", default="128,1024,4096")
     parser.add_argument("--reps", type=int, default=5)
     parser.add_argument("--top", type=int, default=18, help="kernel names to list per prompt length")
+    parser.add_argument("--cprofile", action="store_true", help="also the host's Python time by function")
     ns = parser.parse_args()
     engine = LLM.from_engine_args(engine_args_from(ns)).engine
     gen = torch.Generator().manual_seed(0)
@@ -54,6 +70,8 @@ def main() -> None:
         )
         print_kernel_table(rows, ms, ns.top)
         summary.append((n, ms, kernel_ms))
+        if ns.cprofile:
+            _host_profile(engine, prompts[1], n, ns.top)
     print(f"\n{'prompt':>6} {'TTFT ms':>8} {'kernel ms':>9}")
     for n, ms, kernel_ms in summary:
         print(f"{n:>6} {ms:8.2f} {kernel_ms:9.2f}")
