@@ -71,10 +71,16 @@ def _run_pass(engine, ns, rng: random.Random, tag: str) -> bool:
     lo_p, hi_p = (int(v) for v in ns.prompt_len.split(","))
     lo_o, hi_o = (int(v) for v in ns.output_len.split(","))
     high = min(engine.config.vocab_size, 248044)
+    requests = []
     for i in range(ns.requests):
         prompt = [rng.randrange(high) for _ in range(rng.randint(lo_p, hi_p))]
         params = SamplingParams(temperature=0.0, max_tokens=rng.randint(lo_o, hi_o), ignore_eos=True)
-        engine.add_request(f"stress-{tag}-{i}", prompt, params)
+        requests.append((f"stress-{tag}-{i}", prompt, params))
+    requests.reverse()
+    # closed loop (like a benchmark client with --concurrency): a new request only when one finishes
+    for _ in range(ns.concurrency or ns.requests):
+        if requests:
+            engine.add_request(*requests.pop())
     sizes: Counter[int] = Counter()
     seconds: Counter[str] = Counter()
     counts: Counter[str] = Counter()
@@ -103,7 +109,11 @@ def _run_pass(engine, ns, rng: random.Random, tag: str) -> bool:
             generated += sum(e.sample for e in step.scheduled)
             detail = f"{kind}: {len(step.scheduled)} seqs, {step.num_tokens} tokens"
             slowest = sorted([*slowest, (dt, detail)], reverse=True)[:8]
-        done += sum(o.finished for o in outputs)
+        finished = sum(o.finished for o in outputs)
+        done += finished
+        for _ in range(finished if ns.concurrency else 0):
+            if requests:
+                engine.add_request(*requests.pop())
         steps += 1
     if engine.device.type == "cuda":
         torch.cuda.synchronize()
@@ -144,6 +154,9 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=64)
     parser.add_argument("--prompt-len", default="900,1100")
     parser.add_argument("--output-len", default="16,600")
+    parser.add_argument(
+        "--concurrency", type=int, default=0, help="keep this many requests in flight (0: add all at once)"
+    )
     parser.add_argument("--passes", type=int, default=1, help="run the workload this many times in a row")
     parser.add_argument("--log-compiles", action="store_true", help="list Triton kernels compiled per pass")
     parser.add_argument(
