@@ -18,7 +18,7 @@ from __future__ import annotations
 import argparse
 import random
 import time
-from collections import Counter
+from collections import Counter, deque
 
 import torch
 
@@ -67,6 +67,25 @@ def _toggle_profile(engine, prof):
     return prof
 
 
+def _print_failure(engine, history: deque[str]) -> None:
+    """What ran before a failed step: CUDA errors surface at the next sync, a step or two late."""
+    print(
+        "failed step:",
+        _describe(engine.last_step),
+        "| launched ahead of it:",
+        _describe(engine._pending and engine._pending.out),
+    )
+    print("steps before it (oldest first):", "; ".join(history))
+
+
+def _describe(out) -> str:
+    if out is None:
+        return "none"
+    return (
+        f"{'decode' if out.is_decode else 'mixed'} of {len(out.scheduled)} sequences, {out.num_tokens} tokens"
+    )
+
+
 def _run_pass(engine, ns, rng: random.Random, tag: str) -> bool:
     lo_p, hi_p = (int(v) for v in ns.prompt_len.split(","))
     lo_o, hi_o = (int(v) for v in ns.output_len.split(","))
@@ -88,6 +107,7 @@ def _run_pass(engine, ns, rng: random.Random, tag: str) -> bool:
     decode_ms: list[float] = []  # wall ms of each decode step, in order (windows show drift over the run)
     n_compiles = len(_compiles)
     prof, profiling, prof_wall = None, False, 0.0
+    history: deque[str] = deque(maxlen=12)  # the last steps, printed when a step fails
     t0 = time.perf_counter()
     done = steps = generated = 0
     while engine.has_unfinished_requests():
@@ -95,7 +115,11 @@ def _run_pass(engine, ns, rng: random.Random, tag: str) -> bool:
             prof, profiling = _toggle_profile(engine, prof), not profiling
         sizes[engine.num_running] += 1
         start = time.perf_counter()
-        outputs = engine.step()
+        try:
+            outputs = engine.step()
+        except Exception:
+            _print_failure(engine, history)
+            raise
         step = engine.last_step
         if step is not None:
             dt = time.perf_counter() - start
@@ -104,6 +128,7 @@ def _run_pass(engine, ns, rng: random.Random, tag: str) -> bool:
             if step.is_decode:
                 decode_ms.append(1e3 * dt)
             kind = f"decode B={len(step.scheduled)}" if step.is_decode else "mixed"
+            history.append(f"{kind} ({step.num_tokens} tokens)")
             seconds[kind] += dt
             counts[kind] += 1
             generated += sum(e.sample for e in step.scheduled)
