@@ -137,3 +137,13 @@ def test_dispatch(monkeypatch):
     a2 = [t.clone() if isinstance(t, torch.Tensor) else t for t in args]
     assert _rel(gdn_decode_step(*a1), gdn_decode_step_reference(*a2)) < 1e-5
     assert calls == [1]
+
+
+def test_counters_are_never_allocated_inside_a_capture(monkeypatch):
+    """Counters allocated while capturing would live in the graphs' shared pool (overwritten between replays)."""
+    monkeypatch.setattr(triton_kernel, "_WORKSPACES", {})
+    cpu = torch.device("cpu")
+    assert _workspace(cpu, 10) is _workspace(cpu, 100)
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: True)
+    with pytest.raises(RuntimeError, match="before CUDA-graph capture"):
+        _workspace(torch.device("cuda", 0), 10)

@@ -174,6 +174,13 @@ def _workspace(device: torch.device, n: int) -> torch.Tensor:
     """Persistent zeroed int32 ticket counters (every launch leaves them at zero)."""
     ws = _WORKSPACES.get(device)
     if ws is None or ws.numel() < n:
+        if device.type == "cuda" and torch.cuda.is_current_stream_capturing():
+            # allocated inside a capture it would live in the graphs' pool, where other graphs'
+            # temporaries overwrite the counters between replays
+            raise RuntimeError(
+                "the DeltaNet decode-step counters must be allocated before CUDA-graph capture: run the "
+                "decode step once eagerly at the largest batch first"
+            )
         ws = torch.zeros(max(n, 1 << 16), dtype=torch.int32, device=device)
         _WORKSPACES[device] = ws
     return ws

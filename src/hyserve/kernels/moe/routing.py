@@ -319,7 +319,7 @@ def _router_route_kernel(
     from ``counter`` (acq_rel atomic, after a CTA barrier: the classic last-block reduction); the
     program that draws the last ticket sees every logit, routes (and groups, with GROUP), and resets the counter
     to 0 for the next launch (CUDA-graph replays included). The result does not depend on which
-    program finishes last. The counter is per (device, stream), so concurrent streams cannot mix."""
+    program finishes last. The counter is one persistent tensor per device (``_counter``)."""
     pid = tl.program_id(0)
     rows = tl.arange(0, TP)
     rmask = rows < T
@@ -531,15 +531,23 @@ def route_topk(
     return ids, w
 
 
-_COUNTERS: dict[tuple, torch.Tensor] = {}
+_COUNTERS: dict[str, torch.Tensor] = {}
 
 
 def _counter(device: torch.device) -> torch.Tensor:
-    """The fused router's ticket counter (0 between launches), one per (device, stream)."""
-    stream = torch.cuda.current_stream(device).cuda_stream if device.type == "cuda" else 0
-    key = (str(device), stream)
+    """The fused router's ticket counter (0 between launches), one per device, allocated outside any CUDA
+    graph capture: a tensor first allocated while capturing lives in the graphs' shared memory pool, where
+    another graph's temporaries may overwrite it between replays (a garbage count: nobody routes, the expert
+    kernels read stale ids: an illegal address, seen at batch 1 after a c=32 run). Launches on two streams
+    at once would share it; the engine runs one stream."""
+    key = str(device)
     c = _COUNTERS.get(key)
     if c is None:
+        if device.type == "cuda" and torch.cuda.is_current_stream_capturing():
+            raise RuntimeError(
+                "the fused MoE router's counter must be allocated before CUDA-graph capture: run the "
+                "decode step once eagerly first"
+            )
         c = torch.zeros(1, dtype=torch.int32, device=device)
         _COUNTERS[key] = c
     return c
