@@ -32,6 +32,12 @@ def add_engine_arguments(parser: argparse.ArgumentParser, model_required: bool =
     g.add_argument("--enforce-eager", action="store_true", help="do not capture CUDA graphs")
     g.add_argument("--cuda-graph-sizes", default=None, help="comma-separated decode batch sizes to capture")
     g.add_argument(
+        "--prefill-graph-sizes",
+        default=None,
+        help="comma-separated prompt lengths of whole-prefill CUDA graphs (opt-in; a prompt runs in the "
+        "smallest size >= its length)",
+    )
+    g.add_argument(
         "--no-warmup",
         dest="warmup",
         action="store_false",
@@ -56,6 +62,19 @@ def engine_args_from(ns: argparse.Namespace) -> EngineArgs:
         gpu_memory_utilization=ns.gpu_memory_utilization,
         kv_cache_memory_gb=ns.kv_cache_memory_gb,
         enforce_eager=ns.enforce_eager,
-        cuda_graph_sizes=[int(x) for x in ns.cuda_graph_sizes.split(",")] if ns.cuda_graph_sizes else None,
+        cuda_graph_sizes=_sizes(ns.cuda_graph_sizes, "--cuda-graph-sizes"),
+        prefill_graph_sizes=_sizes(ns.prefill_graph_sizes, "--prefill-graph-sizes"),
         warmup=ns.warmup,
     )
+
+
+def _sizes(text: str | None, flag: str) -> list[int] | None:
+    if not text:
+        return None
+    try:
+        sizes = [int(x) for x in text.split(",")]
+    except ValueError:
+        raise ValueError(f"{flag} takes comma-separated positive integers, got {text!r}") from None
+    if any(x < 1 for x in sizes):
+        raise ValueError(f"{flag} takes comma-separated positive integers, got {text!r}")
+    return sizes

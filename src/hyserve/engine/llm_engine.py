@@ -44,6 +44,7 @@ class EngineArgs:
     enforce_eager: bool = False  # never capture CUDA graphs
     async_scheduling: bool = True  # launch the next decode step before reading the previous one's tokens
     cuda_graph_sizes: list[int] | None = None  # decode batch sizes to capture (default: up to max_num_seqs)
+    prefill_graph_sizes: list[int] | None = None  # prompt lengths (tokens) of whole-prefill graphs (opt-in)
     warmup: bool = True  # on CUDA, compile the prefill kernels at start-up (engine/warmup.py)
     progress: bool = True
 
@@ -127,6 +128,13 @@ class LLMEngine:
             max_num_batched_tokens=args.max_num_batched_tokens,
             max_model_len=self.max_model_len,
         )
+        limit = min(args.max_num_batched_tokens, self.max_model_len)
+        for size in args.prefill_graph_sizes or []:
+            if not 1 <= size <= limit:
+                raise ValueError(
+                    f"prefill graph size {size} is outside 1..{limit} (a prompt prefilled in one step is "
+                    "bounded by max_num_batched_tokens and max_model_len)"
+                )
         self.cache_manager = CacheManager(cache_config)
         self.scheduler = Scheduler(self.scheduler_config, self.cache_manager)
         self.runner = ModelRunner(
@@ -141,6 +149,10 @@ class LLMEngine:
             sizes = args.cuda_graph_sizes or capture_sizes(args.max_num_seqs)
             start = time.perf_counter()
             self.runner.capture_graphs(sizes, self.max_model_len, progress=args.progress)
+            if args.prefill_graph_sizes:
+                self.runner.capture_prefill_graphs(
+                    args.prefill_graph_sizes, self.max_model_len, progress=args.progress
+                )
             log.info("graph capture took %.1f s", time.perf_counter() - start)
         if self.device.type == "cuda" and args.warmup:
             from hyserve.engine.warmup import warm_up

@@ -108,6 +108,7 @@ class ModelRunner:
         self.eos_token_ids = eos_token_ids
         self.cache = allocate_cache(config, cache_config, device, dtype)
         self.graphs = None
+        self.prefill_graphs = None  # engine/prefill_graphs.py, opt-in
 
     def capture_graphs(self, sizes: list[int], max_model_len: int, progress: bool = True) -> None:
         """Capture the decode step for these batch sizes; on failure stay eager (and say why)."""
@@ -131,6 +132,29 @@ class ModelRunner:
             torch.cuda.synchronize(self.device)
             return
         self.graphs = graphs
+
+    def capture_prefill_graphs(self, sizes: list[int], max_model_len: int, progress: bool = True) -> None:
+        """Capture whole-prefill graphs for these prompt lengths; on failure prefill eagerly (and say why)."""
+        from hyserve.engine.prefill_graphs import PrefillGraphs
+
+        bs = self.cache_config.block_size
+        graphs = PrefillGraphs(
+            self.model,
+            self.cache,
+            sizes,
+            block_size=bs,
+            max_blocks_per_seq=-(-max_model_len // bs),
+            spare_block=self.cache_config.num_blocks,
+            spare_slot=self.cache_config.num_state_slots,
+            device=self.device,
+        )
+        try:
+            graphs.capture(progress)
+        except RuntimeError as e:
+            log.warning("prefill CUDA graph capture failed, prefilling eagerly: %s", str(e).splitlines()[0])
+            torch.cuda.synchronize(self.device)
+            return
+        self.prefill_graphs = graphs
 
     def prepare(self, out: SchedulerOutput, all_logits: bool = False) -> ForwardBatch:
         """Pack the scheduled chunks. ``all_logits``: logits for every new token, not just the last."""
@@ -190,6 +214,11 @@ class ModelRunner:
         """
         if self.graphs is not None and self.graphs.can_run(out):
             return self._launch_graph(out, input_tokens, offset)
+        if self.prefill_graphs is not None and self.prefill_graphs.can_run(out):
+            seqs = [out.scheduled[0].seq]
+            sampled = self._sample(self.prefill_graphs.run(out), seqs, offset)
+            sampled.start_copy()
+            return PendingStep(out, seqs, sampled, RunnerOutput({}, {}, {}))
         batch = self.prepare(out)
         if input_tokens is not None:
             batch.input_ids = input_tokens
