@@ -8,7 +8,8 @@ touched x expert bytes + the shared expert + the router + x and out), GB/s and %
 and % of 728 (2 * T * ((k+1) * 3HI + EH) flops), and the eager torch reference for comparison.
 ``--breakdown`` adds the per-stage times (router GEMV, routing/grouping, gate_up, down) of the eager
 pipeline. ``--routing`` times only the routing variants per T (graph-replayed, microseconds): one program,
-split top-k (tokens per program 1/2/4/8) + one grouping program, the three-kernel large path. Inputs: realistic router (N(0, 1/H) weights on RMS-normalised x), fresh random weights.
+split top-k (tokens per program 1/2/4/8; pairs per ranking program GROUP_CHUNK, or 32/128/1024), the
+three-kernel large path. Inputs: realistic router (N(0, 1/H) weights on RMS-normalised x), fresh random weights.
 """
 
 from __future__ import annotations
@@ -154,18 +155,20 @@ def routing_times(T: int, top_k: int = 8, block_m: int = 16) -> dict[str, float]
     variants = {"single": dict(split=False), "large": dict(force_large=True)}
     for bt in (1, 2, 4, 8):
         variants[f"split{bt}"] = dict(split=True, bt=bt)
+    for chunk in (32, 128, 1024):  # pairs per ranking program (1024: one program ranks all)
+        variants[f"split4/c{chunk}"] = dict(split=True, bt=4, chunk=chunk)
     out = {}
     for name, kw in variants.items():
-        bt = kw.pop("bt", None)
-        saved = routing.SPLIT_BLOCK_T
-        routing.SPLIT_BLOCK_T = bt or saved
+        saved = routing.SPLIT_BLOCK_T, routing.GROUP_CHUNK
+        routing.SPLIT_BLOCK_T = kw.pop("bt", saved[0])
+        routing.GROUP_CHUNK = kw.pop("chunk", saved[1])
         try:
             fn = lambda kw=kw: routing.route_and_align(logits, top_k, block_m, True, logits.dtype, **kw)  # noqa: E731
             rt = fn()
             same = torch.equal(rt.sorted_pairs, ref.sorted_pairs) and _blocks(rt) == _blocks(ref)
             out[name] = time_ms(fn, graph=True) * 1e3 if same else float("nan")
         finally:
-            routing.SPLIT_BLOCK_T = saved
+            routing.SPLIT_BLOCK_T, routing.GROUP_CHUNK = saved
     return out
 
 

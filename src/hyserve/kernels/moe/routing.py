@@ -21,8 +21,10 @@ Three implementations of the grouping, same outputs:
   the rank of its unique key ``expert*N + i`` (a [chunk, NP] comparison summed per row: a counting sort
   without ``tl.sort``); ``tl.histogram`` for the per-expert counts, block list from cumsums. One launch.
 - small T from ``SPLIT_MIN_TOKENS`` on ("split"): ``_topk_kernel`` (grid over tokens, SPLIT_BLOCK_T each) then
-  ``_group_kernel`` (one program, the same grouping from the stored ids). Two launches, but the top-k
-  no longer runs row after row in one program (at T = 32 that program took ~25 us on the H200).
+  ``_group_kernel`` (the same counting sort from the stored ids, GROUP_CHUNK pairs per program, and one
+  more program for the block list). Two launches, but neither the top-k nor the ranking runs row after
+  row in one program (at T = 32 the single program took ~25 us on the H200; top-k over tokens + one
+  grouping program 4 + 10 us).
 - large T: ``_route_kernel`` (grid cdiv(T, BT): top-k + per-token-block histogram [NTB, EP]),
   ``_align_scan_kernel`` (one program: per-expert totals, each token block's base offset per expert,
   the block list) and ``_align_scatter_kernel`` (grid NTB: each pair lands at base[tb, expert] + its
@@ -43,7 +45,8 @@ SMALL_PAIRS = 512  # largest TP*KP the single-program path takes (T <= 64 at k =
 # From this many tokens the small path splits top-k (grid over tokens, SPLIT_BLOCK_T per program) from the
 # grouping (one program): a single program's top-k over [TP, E] serialises TP rows of 8 arg-max passes
 SPLIT_MIN_TOKENS = 16
-SPLIT_BLOCK_T = 2
+SPLIT_BLOCK_T = 4  # the fastest of 1/2/4/8 at T = 16..64 (``bench --routing``, H200, 2026-12-03)
+GROUP_CHUNK = 64  # pairs each ranking program of the split path places
 RANK_CHUNK = tl.constexpr(128)  # rows of the [RANK_CHUNK, P] key comparison done at once
 _BIG = tl.constexpr(2**31 - 1)
 
@@ -199,12 +202,31 @@ def _group_kernel(
     K: tl.constexpr,
     NP: tl.constexpr,
     EP: tl.constexpr,
+    CHUNK: tl.constexpr,
     MAX_NB: tl.constexpr,
     BLOCK_M: tl.constexpr,
     HAS_SHARED: tl.constexpr,
 ):
-    """Grid (1,): the grouping of the split path, after ``_topk_kernel`` wrote ``topk_ids``."""
-    _group_pairs(ids_ptr, sorted_ptr, meta_ptr, T, E, MAXB, K, NP, EP, MAX_NB, BLOCK_M, HAS_SHARED)
+    """Grid (cdiv(NP, CHUNK) + 1,), after ``_topk_kernel`` wrote ``topk_ids``: program c < last places the
+    pairs [c*CHUNK, (c+1)*CHUNK) (each rank is a count over all N keys, independent of the other chunks);
+    the last program writes the per-expert block list. No program reads another's output."""
+    pid = tl.program_id(0)
+    N = T * K
+    i = tl.arange(0, NP)
+    valid = i < N
+    ids = tl.load(ids_ptr + i, mask=valid, other=0)
+    if pid < tl.num_programs(0) - 1:
+        key = tl.where(valid, ids * N + i, _BIG)
+        pi = pid * CHUNK + tl.arange(0, CHUNK)
+        m = pi < N
+        kc_ = tl.where(m, tl.load(ids_ptr + pi, mask=m, other=0) * N + pi, _BIG)
+        rank = tl.sum((key[None, :] < kc_[:, None]).to(tl.int32), axis=1)
+        tl.store(sorted_ptr + rank, pi, mask=m)
+    else:
+        cols = tl.arange(0, EP)
+        counts = tl.histogram(tl.where(valid, ids, 0), EP)
+        counts = counts - tl.where(cols == 0, NP - N, 0)  # the padding lanes all went to bin 0
+        _write_blocks(meta_ptr, counts, cols, E, T, N, MAXB, MAX_NB, BLOCK_M, HAS_SHARED)
 
 
 @triton.jit(do_not_specialize=["T"])
@@ -665,9 +687,11 @@ def route_and_align(
         ids, w = _route_large(logits, top_k, block_m, with_shared, rnd, mb, sorted_pairs, meta)
     elif split if split is not None else T >= SPLIT_MIN_TOKENS:
         ids, w = route_topk(logits, top_k, weight_dtype, SPLIT_BLOCK_T)
+        np_ = triton.next_power_of_2(n)
+        chunk = min(np_, GROUP_CHUNK)
         launch(
             _group_kernel,
-            (1,),
+            (np_ // chunk + 1,),
             ids,
             sorted_pairs,
             meta,
@@ -675,12 +699,13 @@ def route_and_align(
             E,
             mb,
             top_k,
-            triton.next_power_of_2(n),
+            np_,
             EP,
+            chunk,
             triton.cdiv(TP, block_m),
             block_m,
             with_shared,
-            num_warps=8 if n * EP >= 32768 else 4,
+            num_warps=4,
         )
     else:
         ids = empty((T, top_k), torch.int32, dev)
