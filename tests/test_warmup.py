@@ -42,3 +42,33 @@ def test_warm_up_runs_a_multi_sequence_prefill_and_a_mixed_step():
     warm_up(engine)
     assert any(len(s) >= 2 and all(n > 1 for n in s) for s in steps), "no multi-prompt prefill"
     assert any(1 in s and max(s) > 1 for s in steps), "no mixed step (decode rows + a prefill chunk)"
+
+
+def test_warm_up_prefills_eagerly_then_replays_each_prefill_graph(monkeypatch):
+    """The eager prefill meets every bucket although lone prompts will take the prefill graphs; then each
+    graph size runs once (an uncaptured PrefillGraphs runs its padded forward eagerly on the CPU)."""
+    from hyserve.engine.prefill_graphs import PrefillGraphs
+
+    llm = LLM(str(DEMO_MODEL), device="cpu", max_num_batched_tokens=64, max_num_seqs=4)
+    engine = llm.engine
+    runner = engine.runner
+    bs = runner.cache_config.block_size
+    graphs = PrefillGraphs(
+        runner.model,
+        runner.cache,
+        [16, 48],
+        bs,
+        -(-engine.max_model_len // bs),
+        runner.cache_config.num_blocks,
+        runner.cache_config.num_state_slots,
+        runner.device,
+    )
+    runner.prefill_graphs = graphs
+    replayed = []
+    run = graphs.run
+    monkeypatch.setattr(
+        graphs, "run", lambda out: replayed.append(out.scheduled[0].num_new_tokens) or run(out)
+    )
+    warm_up(engine)
+    assert replayed == [16, 48]
+    assert runner.prefill_graphs is graphs

@@ -8,7 +8,9 @@ single-token requests through the normal engine path (scheduler, runner, sampler
 state slots are freed when they finish. A last round prefills several prompts in one step and then
 admits one while they decode, which is what every arriving request of a busy server costs: the
 multi-sequence and mixed (decode rows + prefill chunk) cases of the kernels meet their shapes here. (The
-kernels do not specialise on the sequence count, so one such step stands for all counts.)
+kernels do not specialise on the sequence count, so one such step stands for all counts.) All of this runs
+eagerly even when prefill graphs are captured (they serve only a lone prompt); each graph size is then
+replayed once.
 """
 
 from __future__ import annotations
@@ -39,17 +41,30 @@ def warm_up(engine) -> None:
     budget = min(engine.scheduler_config.max_num_batched_tokens, engine.max_model_len - 1)
     params = SamplingParams(temperature=0.0, max_tokens=1, ignore_eos=True)
     lengths = warmup_lengths(budget)
-    for i, n in enumerate(lengths):
-        engine.add_request(f"warmup-{i}", [0] * n, params)
-        while engine.has_unfinished_requests():
-            engine.step()
-    _mixed_round(engine, budget)
+    # the eager prefill must meet every bucket even where prefill graphs will serve a lone prompt: it
+    # still runs several prompts at once, chunks and mixed steps
+    graphs, engine.runner.prefill_graphs = engine.runner.prefill_graphs, None
+    try:
+        for i, n in enumerate(lengths):
+            _run(engine, f"warmup-{i}", n, params)
+        _mixed_round(engine, budget)
+    finally:
+        engine.runner.prefill_graphs = graphs
+    if graphs is not None:  # one replay of each captured size, now rather than on a first request
+        for size in graphs.sizes:
+            _run(engine, f"warmup-graph-{size}", size, params)
     log.info(
         "warm-up: %d prefill lengths up to %d tokens in %.1f s",
         len(lengths),
         budget,
         time.perf_counter() - start,
     )
+
+
+def _run(engine, request_id: str, n: int, params: SamplingParams) -> None:
+    engine.add_request(request_id, [0] * n, params)
+    while engine.has_unfinished_requests():
+        engine.step()
 
 
 def _mixed_round(engine, budget: int) -> None:
