@@ -156,7 +156,7 @@ class PrefillGraphs:
         )
         self.host_small.copy_(torch.tensor([0, n, size, n, size - n, seq.state_slot, self.spare_slot, n - 1]))
         blocking = self.copied is None
-        self.rows[:, :size].copy_(self.host_rows[:, :size], non_blocking=not blocking)
+        self.rows.copy_(self.host_rows, non_blocking=not blocking)  # whole rows: one contiguous copy
         self.tables[0].copy_(self.host_table, non_blocking=not blocking)
         small = self.host_small.to(self.device, non_blocking=not blocking)
         self.cu.copy_(small[0:3])
