@@ -24,17 +24,7 @@ def model_dir(tmp_path_factory):
 
 def _with_prefill_graphs(llm: LLM) -> PrefillGraphs:
     runner = llm.engine.runner
-    bs = runner.cache_config.block_size
-    runner.prefill_graphs = PrefillGraphs(
-        runner.model,
-        runner.cache,
-        SIZES,
-        block_size=bs,
-        max_blocks_per_seq=-(-llm.engine.max_model_len // bs),
-        spare_block=runner.cache_config.num_blocks,
-        spare_slot=runner.cache_config.num_state_slots,
-        device=runner.device,
-    )
+    runner.prefill_graphs = runner.graph_set(PrefillGraphs, SIZES, llm.engine.max_model_len)
     return runner.prefill_graphs
 
 

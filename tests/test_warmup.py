@@ -52,17 +52,7 @@ def test_warm_up_prefills_eagerly_then_replays_each_prefill_graph(monkeypatch):
     llm = LLM(str(DEMO_MODEL), device="cpu", max_num_batched_tokens=64, max_num_seqs=4)
     engine = llm.engine
     runner = engine.runner
-    bs = runner.cache_config.block_size
-    graphs = PrefillGraphs(
-        runner.model,
-        runner.cache,
-        [16, 48],
-        bs,
-        -(-engine.max_model_len // bs),
-        runner.cache_config.num_blocks,
-        runner.cache_config.num_state_slots,
-        runner.device,
-    )
+    graphs = runner.graph_set(PrefillGraphs, [16, 48], engine.max_model_len)
     runner.prefill_graphs = graphs
     replayed = []
     run = graphs.run

@@ -2,12 +2,7 @@
 # After an engine-loop change: decode-step profile (engine step vs bare graph replay, B=1 and 32), the c=32
 # workload offline (one pass, compile log), then the MoE kernel tests at real shapes. Results: $OUT/results.tgz.
 set -u
-export PYTHONPATH=/tmp/site:src PYTHONUNBUFFERED=1
-OUT=${OUT:-/tmp/out}
-W=/tmp/w; mkdir -p $W
-M=configs/Qwen3.6-35B-A3B
-run() { local name=$1 limit=$2; shift 2; echo "== $name"; local s=$SECONDS
-  timeout "$limit" "$@" > "$W/$name.log" 2>&1; echo "rc=$? in $((SECONDS - s)) s"; tail -n "${TAILN:-3}" "$W/$name.log"; }
+source "$(dirname "$0")/common.sh"
 TAILN=4 run profile 150 python3 scripts/profile_decode.py --model $M --load-format dummy --kv-cache-memory-gb 8 \
   --max-num-seqs 32 --max-model-len 4096 --cuda-graph-sizes 1,32 --batch 1,32 --prompt-len 1024 --steps 30 \
   --no-warmup

@@ -4,12 +4,7 @@
 # c=32 workload offline with a kernel profile of 20 of its decode steps and the GPU clocks/power sampled
 # every second (does a long run throttle?). Results: $OUT/results.tgz.
 set -u
-export PYTHONPATH=/tmp/site:src PYTHONUNBUFFERED=1
-OUT=${OUT:-/tmp/out}
-W=/tmp/w; mkdir -p $W
-M=configs/Qwen3.6-35B-A3B
-run() { local name=$1 limit=$2; shift 2; echo "== $name"; local s=$SECONDS
-  timeout "$limit" "$@" > "$W/$name.log" 2>&1; echo "rc=$? in $((SECONDS - s)) s"; tail -n "${TAILN:-3}" "$W/$name.log"; }
+source "$(dirname "$0")/common.sh"
 TAILN=7 run routing 120 python3 -m hyserve.kernels.moe.bench --routing
 TAILN=2 run moe_sum 60 python3 -m hyserve.kernels.moe.bench --tokens 1,32,64 --no-ref
 run pytest_moe 120 python3 -m pytest src/hyserve/kernels/moe -x -q -p no:cacheprovider \

@@ -3,12 +3,7 @@
 # per-step-kind breakdown and the Triton kernel variants each pass compiled (stress_engine.py); then the
 # kernel tests at real shapes (KERNEL_TESTS, default all). Results: $OUT/results.tgz.
 set -u
-export PYTHONPATH=/tmp/site:src PYTHONUNBUFFERED=1
-OUT=${OUT:-/tmp/out}
-W=/tmp/w; mkdir -p $W
-M=configs/Qwen3.6-35B-A3B
-run() { local name=$1 limit=$2; shift 2; echo "== $name"; local s=$SECONDS
-  timeout "$limit" "$@" > "$W/$name.log" 2>&1; echo "rc=$? in $((SECONDS - s)) s"; tail -n "${TAILN:-3}" "$W/$name.log"; }
+source "$(dirname "$0")/common.sh"
 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader
 run c32_offline 300 python3 scripts/stress_engine.py --model $M --load-format dummy \
   --max-num-seqs 32 --max-model-len 8192 --gpu-memory-utilization 0.95 --requests 128 \

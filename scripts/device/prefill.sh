@@ -4,12 +4,7 @@
 # name at 128 / 1024 / 4096 tokens), then the c=32 workload offline (async launch with a queue).
 # Results: $OUT/results.tgz and the MoE JSON.
 set -u
-export PYTHONPATH=/tmp/site:src PYTHONUNBUFFERED=1
-OUT=${OUT:-/tmp/out}
-W=/tmp/w; mkdir -p $W
-M=configs/Qwen3.6-35B-A3B
-run() { local name=$1 limit=$2; shift 2; echo "== $name"; local s=$SECONDS
-  timeout "$limit" "$@" > "$W/$name.log" 2>&1; echo "rc=$? in $((SECONDS - s)) s"; tail -n "${TAILN:-3}" "$W/$name.log"; }
+source "$(dirname "$0")/common.sh"
 run tune 200 python3 -m hyserve.kernels.moe.tune --tokens 128,256,512,1024,2048,4096,8192 --merge
 cp src/hyserve/kernels/moe/configs/E256_H2048_I512_bfloat16.json "$OUT/"
 grep -h "best" $W/tune.log | cut -c1-60,200-260

@@ -4,12 +4,7 @@
 # (serve_bench.sh; flags sized to fit an 80 GB H100 too) and the decode-step profile. Carry .whl.
 # Results: $OUT/results.tgz, the MoE JSON, verify.json.
 set -u
-export PYTHONPATH=/tmp/site:src PYTHONUNBUFFERED=1
-OUT=${OUT:-/tmp/out}
-W=/tmp/w; mkdir -p $W
-M=configs/Qwen3.6-35B-A3B
-run() { local name=$1 limit=$2; shift 2; echo "== $name"; local s=$SECONDS
-  timeout "$limit" "$@" > "$W/$name.log" 2>&1; echo "rc=$? in $((SECONDS - s)) s"; tail -n "${TAILN:-3}" "$W/$name.log"; }
+source "$(dirname "$0")/common.sh"
 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader
 if [ "${SKIP_TUNE:-0}" != 1 ]; then
   run tune 90 python3 -m hyserve.kernels.moe.tune --tokens 16,32,64 --merge

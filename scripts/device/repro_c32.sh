@@ -3,10 +3,7 @@
 # server's engine flags), with decode graphs for batches >= 8 only, then with every size; a failing run
 # prints the steps before the failure. Results: $OUT/results.tgz.
 set -u
-export PYTHONPATH=/tmp/site:src PYTHONUNBUFFERED=1
-OUT=${OUT:-/tmp/out}
-W=/tmp/w; mkdir -p $W
-M=configs/Qwen3.6-35B-A3B
+source "$(dirname "$0")/common.sh"
 run() { local name=$1 limit=$2; shift 2; echo "== $name"; local s=$SECONDS
   timeout "$limit" "$@" > "$W/$name.log" 2>&1; rc=$?; echo "rc=$rc in $((SECONDS - s)) s"
   grep -E "^== pass|^failed step|^steps before|^ +(decode B=|mixed)" "$W/$name.log" | cut -c1-900 | head -n 20; }

@@ -114,31 +114,18 @@ class ModelRunner:
         """Capture the decode step for these batch sizes; on failure stay eager (and say why)."""
         from hyserve.engine.cuda_graphs import DecodeGraphs
 
-        bs = self.cache_config.block_size
-        graphs = DecodeGraphs(
-            self.model,
-            self.cache,
-            sizes,
-            block_size=bs,
-            max_blocks_per_seq=-(-max_model_len // bs),
-            spare_block=self.cache_config.num_blocks,
-            spare_slot=self.cache_config.num_state_slots,
-            device=self.device,
-        )
-        try:
-            graphs.capture(progress)
-        except RuntimeError as e:
-            log.warning("CUDA graph capture failed, decoding eagerly: %s", str(e).splitlines()[0])
-            torch.cuda.synchronize(self.device)
-            return
-        self.graphs = graphs
+        self.graphs = self._capture(DecodeGraphs, sizes, max_model_len, progress, "decoding")
 
     def capture_prefill_graphs(self, sizes: list[int], max_model_len: int, progress: bool = True) -> None:
         """Capture whole-prefill graphs for these prompt lengths; on failure prefill eagerly (and say why)."""
         from hyserve.engine.prefill_graphs import PrefillGraphs
 
+        self.prefill_graphs = self._capture(PrefillGraphs, sizes, max_model_len, progress, "prefilling")
+
+    def graph_set(self, cls, sizes: list[int], max_model_len: int):
+        """A ``DecodeGraphs`` or ``PrefillGraphs`` over this runner's model and cache, not captured yet."""
         bs = self.cache_config.block_size
-        graphs = PrefillGraphs(
+        return cls(
             self.model,
             self.cache,
             sizes,
@@ -148,13 +135,17 @@ class ModelRunner:
             spare_slot=self.cache_config.num_state_slots,
             device=self.device,
         )
+
+    def _capture(self, cls, sizes: list[int], max_model_len: int, progress: bool, what: str):
+        """``graph_set(...)`` captured, or None if that failed."""
+        graphs = self.graph_set(cls, sizes, max_model_len)
         try:
             graphs.capture(progress)
         except RuntimeError as e:
-            log.warning("prefill CUDA graph capture failed, prefilling eagerly: %s", str(e).splitlines()[0])
+            log.warning("CUDA graph capture failed, %s eagerly: %s", what, str(e).splitlines()[0])
             torch.cuda.synchronize(self.device)
-            return
-        self.prefill_graphs = graphs
+            return None
+        return graphs
 
     def prepare(self, out: SchedulerOutput, all_logits: bool = False) -> ForwardBatch:
         """Pack the scheduled chunks. ``all_logits``: logits for every new token, not just the last."""

@@ -123,6 +123,40 @@ def _write_blocks(
 
 
 @triton.jit
+def _place_chunk(ids_ptr, sorted_ptr, key, N, c0, CHUNK: tl.constexpr):
+    """sorted_pairs[rank(p)] = p for the pairs p in [c0, c0 + CHUNK), rank(p) = how many of the unique keys
+    ``key`` [NP] (expert*N + pair, _BIG past N) are below p's: a counting sort by comparison (no tl.sort,
+    whose xor-reductions the interpreter runs element by element)."""
+    pi = c0 + tl.arange(0, CHUNK)
+    m = pi < N
+    kc_ = tl.where(m, tl.load(ids_ptr + pi, mask=m, other=0) * N + pi, _BIG)
+    rank = tl.sum((key[None, :] < kc_[:, None]).to(tl.int32), axis=1)
+    tl.store(sorted_ptr + rank, pi, mask=m)
+
+
+@triton.jit
+def _block_list(
+    meta_ptr,
+    ids,
+    valid,
+    T,
+    E,
+    N,
+    MAXB,
+    NP: tl.constexpr,
+    EP: tl.constexpr,
+    MAX_NB: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    HAS_SHARED: tl.constexpr,
+):
+    """The block list from the pairs' experts ``ids`` [NP] (``valid``: the first N lanes)."""
+    cols = tl.arange(0, EP)
+    counts = tl.histogram(tl.where(valid, ids, 0), EP)
+    counts = counts - tl.where(cols == 0, NP - N, 0)  # the padding lanes all went to bin 0
+    _write_blocks(meta_ptr, counts, cols, E, T, N, MAXB, MAX_NB, BLOCK_M, HAS_SHARED)
+
+
+@triton.jit
 def _group_pairs(
     ids_ptr,
     sorted_ptr,
@@ -143,24 +177,11 @@ def _group_pairs(
     i = tl.arange(0, NP)
     valid = i < N
     ids = tl.load(ids_ptr + i, mask=valid, other=0)
-    # row of pair i = rank of its unique key expert*N + i among all keys (a counting sort by comparison:
-    # no tl.sort, whose xor-reductions the interpreter runs element by element)
     key = tl.where(valid, ids * N + i, _BIG)
-    if NP <= RANK_CHUNK:
-        rank = tl.sum((key[None, :] < key[:, None]).to(tl.int32), axis=1)
-        tl.store(sorted_ptr + rank, i, mask=valid)
-    else:
-        ci = tl.arange(0, RANK_CHUNK)
-        for c0 in range(0, N, RANK_CHUNK):
-            pi = c0 + ci
-            m = pi < N
-            kc_ = tl.where(m, tl.load(ids_ptr + pi, mask=m, other=0) * N + pi, _BIG)
-            rank = tl.sum((key[None, :] < kc_[:, None]).to(tl.int32), axis=1)
-            tl.store(sorted_ptr + rank, pi, mask=m)
-    cols = tl.arange(0, EP)
-    counts = tl.histogram(tl.where(valid, ids, 0), EP)
-    counts = counts - tl.where(cols == 0, NP - N, 0)  # the padding lanes all went to bin 0
-    _write_blocks(meta_ptr, counts, cols, E, T, N, MAXB, MAX_NB, BLOCK_M, HAS_SHARED)
+    CHUNK: tl.constexpr = NP if NP < RANK_CHUNK else RANK_CHUNK
+    for c0 in range(0, N, CHUNK):
+        _place_chunk(ids_ptr, sorted_ptr, key, N, c0, CHUNK)
+    _block_list(meta_ptr, ids, valid, T, E, N, MAXB, NP, EP, MAX_NB, BLOCK_M, HAS_SHARED)
 
 
 @triton.jit
@@ -216,17 +237,9 @@ def _group_kernel(
     valid = i < N
     ids = tl.load(ids_ptr + i, mask=valid, other=0)
     if pid < tl.num_programs(0) - 1:
-        key = tl.where(valid, ids * N + i, _BIG)
-        pi = pid * CHUNK + tl.arange(0, CHUNK)
-        m = pi < N
-        kc_ = tl.where(m, tl.load(ids_ptr + pi, mask=m, other=0) * N + pi, _BIG)
-        rank = tl.sum((key[None, :] < kc_[:, None]).to(tl.int32), axis=1)
-        tl.store(sorted_ptr + rank, pi, mask=m)
+        _place_chunk(ids_ptr, sorted_ptr, tl.where(valid, ids * N + i, _BIG), N, pid * CHUNK, CHUNK)
     else:
-        cols = tl.arange(0, EP)
-        counts = tl.histogram(tl.where(valid, ids, 0), EP)
-        counts = counts - tl.where(cols == 0, NP - N, 0)  # the padding lanes all went to bin 0
-        _write_blocks(meta_ptr, counts, cols, E, T, N, MAXB, MAX_NB, BLOCK_M, HAS_SHARED)
+        _block_list(meta_ptr, ids, valid, T, E, N, MAXB, NP, EP, MAX_NB, BLOCK_M, HAS_SHARED)
 
 
 @triton.jit(do_not_specialize=["T"])

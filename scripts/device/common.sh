@@ -1,0 +1,9 @@
+# Sourced by the device scripts: the environment (server wheels installed in /tmp/site), $OUT, the work
+# folder $W, the model $M, and `run NAME LIMIT CMD...`: CMD under `timeout LIMIT` with its output in
+# $W/NAME.log; prints the exit code, the seconds and the log's last $TAILN (3) lines.
+export PYTHONPATH=/tmp/site:src PYTHONUNBUFFERED=1
+OUT=${OUT:-/tmp/out}
+W=/tmp/w; mkdir -p $W
+M=configs/Qwen3.6-35B-A3B
+run() { local name=$1 limit=$2; shift 2; echo "== $name"; local s=$SECONDS
+  timeout "$limit" "$@" > "$W/$name.log" 2>&1; echo "rc=$? in $((SECONDS - s)) s"; tail -n "${TAILN:-3}" "$W/$name.log"; }
