@@ -34,7 +34,11 @@ class _Captured:
     greedy: torch.Tensor  # [size] int64 argmax of the logits
 
 
-class DecodeGraphs:
+class GraphSet:
+    """What the decode and the prefill graph sets share: the model and cache the graphs run, their sizes
+    (ascending), and the spare KV block and state slot that padding points at (``allocate_cache`` reserves
+    them). A subclass allocates its static input buffers for the largest size in ``_allocate``."""
+
     def __init__(
         self,
         model: torch.nn.Module,
@@ -48,30 +52,35 @@ class DecodeGraphs:
     ) -> None:
         self.model = model
         self.cache = cache
-        self.sizes = sorted(sizes)
+        self.sizes = sorted(set(sizes))
         self.block_size = block_size
         self.spare_block = spare_block
         self.spare_slot = spare_slot
         self.device = device
-        n = self.sizes[-1]
-        self.max_size = n
+        self.pool = None  # the memory pool the set's captures share
+        self._allocate(self.sizes[-1], max_blocks_per_seq)
+
+    def _allocate(self, n: int, width: int) -> None:
+        raise NotImplementedError
+
+
+class DecodeGraphs(GraphSet):
+    def _allocate(self, n: int, width: int) -> None:
+        device = self.device
         # Pinned host staging, two sets: with async scheduling the next step's inputs are written while the
         # previous step's copies may still be queued, so each set is reused only after its copy completed.
         self.host_rows = [
             torch.zeros(5, n, dtype=torch.long).pin_memory() for _ in range(2)
         ]  # ids, pos, slot, len, state
-        self.host_tables = [
-            torch.zeros(n, max_blocks_per_seq, dtype=torch.int32).pin_memory() for _ in range(2)
-        ]
+        self.host_tables = [torch.zeros(n, width, dtype=torch.int32).pin_memory() for _ in range(2)]
         self.copied = [torch.cuda.Event(), torch.cuda.Event()]
         self.turn = 0
         self.rows = torch.zeros(5, n, dtype=torch.long, device=device)
-        self.tables = torch.zeros(n, max_blocks_per_seq, dtype=torch.int32, device=device)
+        self.tables = torch.zeros(n, width, dtype=torch.int32, device=device)
         self.seq_lens32 = torch.ones(n, dtype=torch.int32, device=device)
         self.cu = torch.arange(n + 1, dtype=torch.int32, device=device)
         self.has_initial = torch.ones(n, dtype=torch.bool, device=device)
         self.logits_indices = torch.arange(n, dtype=torch.long, device=device)
-        self.pool = None
         self.graphs: dict[int, _Captured] = {}
 
     def _batch(self, size: int) -> ForwardBatch:

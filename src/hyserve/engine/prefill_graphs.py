@@ -23,8 +23,9 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
+from hyserve.engine.cuda_graphs import GraphSet
 from hyserve.engine.scheduler import SchedulerOutput
-from hyserve.model.batch import ForwardBatch, ModelCache
+from hyserve.model.batch import ForwardBatch
 
 log = logging.getLogger(__name__)
 
@@ -62,40 +63,22 @@ def stage_prefill_inputs(
     table[len(block_table) :] = spare_block
 
 
-class PrefillGraphs:
-    def __init__(
-        self,
-        model: torch.nn.Module,
-        cache: ModelCache,
-        sizes: list[int],
-        block_size: int,
-        max_blocks_per_seq: int,
-        spare_block: int,
-        spare_slot: int,
-        device: torch.device,
-    ) -> None:
-        self.model = model
-        self.cache = cache
-        self.sizes = sorted(set(sizes))
-        self.block_size = block_size
-        self.spare_block = spare_block
-        self.spare_slot = spare_slot
-        self.device = device
-        n = self.sizes[-1]
+class PrefillGraphs(GraphSet):
+    def _allocate(self, n: int, width: int) -> None:
+        device = self.device
         pin = device.type == "cuda"
         # host staging (one set: a prefill is never launched ahead, and ``copied`` orders reuse)
         self.host_rows = torch.zeros(3, n, dtype=torch.long, pin_memory=pin)  # ids, positions, KV slots
-        self.host_table = torch.zeros(max_blocks_per_seq, dtype=torch.int32, pin_memory=pin)
+        self.host_table = torch.zeros(width, dtype=torch.int32, pin_memory=pin)
         self.host_small = torch.zeros(8, dtype=torch.long, pin_memory=pin)  # cu[3], lens[2], states[2], last
         self.copied = torch.cuda.Event() if pin else None
         self.rows = torch.zeros(3, n, dtype=torch.long, device=device)
         self.cu = torch.zeros(3, dtype=torch.int32, device=device)
         self.seq_lens = torch.ones(2, dtype=torch.int32, device=device)
-        self.tables = torch.full((2, max_blocks_per_seq), spare_block, dtype=torch.int32, device=device)
-        self.states = torch.full((2,), spare_slot, dtype=torch.long, device=device)
+        self.tables = torch.full((2, width), self.spare_block, dtype=torch.int32, device=device)
+        self.states = torch.full((2,), self.spare_slot, dtype=torch.long, device=device)
         self.has_initial = torch.zeros(2, dtype=torch.bool, device=device)
         self.last = torch.zeros(1, dtype=torch.long, device=device)  # the prompt's last row
-        self.pool = None
         self.graphs: dict[tuple[int, bool], _Captured] = {}
 
     def bucket(self, n: int) -> tuple[int, bool] | None:
