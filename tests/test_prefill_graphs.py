@@ -101,5 +101,5 @@ def test_bad_sizes_are_refused(model_dir):
         64,
         128,
     ]
-    with pytest.raises(ValueError, match="prefill graph size 512 is outside 1..128"):
+    with pytest.raises(ValueError, match="prefill graph size 512 is outside 1..127"):
         LLM(str(model_dir), device="cpu", progress=False, max_model_len=128, prefill_graph_sizes=[64, 512])

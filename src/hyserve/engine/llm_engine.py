@@ -128,12 +128,12 @@ class LLMEngine:
             max_num_batched_tokens=args.max_num_batched_tokens,
             max_model_len=self.max_model_len,
         )
-        limit = min(args.max_num_batched_tokens, self.max_model_len)
+        limit = min(args.max_num_batched_tokens, self.max_model_len - 1)
         for size in args.prefill_graph_sizes or []:
             if not 1 <= size <= limit:
                 raise ValueError(
-                    f"prefill graph size {size} is outside 1..{limit} (a prompt prefilled in one step is "
-                    "bounded by max_num_batched_tokens and max_model_len)"
+                    f"prefill graph size {size} is outside 1..{limit} (a prompt prefilled in one step, with "
+                    "room for a generated token, is bounded by max_num_batched_tokens and max_model_len - 1)"
                 )
         self.cache_manager = CacheManager(cache_config)
         self.scheduler = Scheduler(self.scheduler_config, self.cache_manager)
