@@ -136,3 +136,18 @@ def test_random_workload_never_leaks():
     for s in list(sched.running) + list(sched.waiting):
         sched.abort(s)
     assert cache.num_free_blocks == 40 and cache.num_free_slots == 6
+
+
+def test_a_decode_step_stays_one_after_its_sequences_finish():
+    """is_decode is fixed when the step is scheduled: a sequence finishing (its cache freed, its computed
+    count back to 0) must not turn the step it finished in into a "mixed" one (metrics, graphs)."""
+    sched, _ = _make()
+    a = _seq(5, "a", max_tokens=2)
+    sched.add(a)
+    prefill = _run_step(sched)
+    assert not prefill.is_decode
+    decode = _run_step(sched)
+    assert decode.is_decode and decode.scheduled[0].start == 5
+    sched.finish(a, SequenceStatus.FINISHED_LENGTH)
+    assert a.num_computed_tokens == 0
+    assert decode.is_decode and not prefill.is_decode

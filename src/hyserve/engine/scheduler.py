@@ -36,6 +36,12 @@ class ScheduledSequence:
     seq: Sequence
     num_new_tokens: int  # tokens computed this step, starting at seq.num_computed_tokens
     sample: bool  # this chunk reaches the end of the sequence: sample its next token
+    # seq.num_computed_tokens when scheduled (the sequence's count moves on after the step, and back to 0
+    # when it finishes and frees its cache)
+    start: int = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.start = self.seq.num_computed_tokens
 
 
 @dataclass
@@ -53,9 +59,7 @@ class SchedulerOutput:
     def is_decode(self) -> bool:
         """Every sequence computes exactly one token after cached ones: the recurrent kernels and CUDA-graph
         case (a one-token prompt has no state to continue from, so it goes the prefill way)."""
-        return bool(self.scheduled) and all(
-            s.num_new_tokens == 1 and s.seq.num_computed_tokens > 0 for s in self.scheduled
-        )
+        return bool(self.scheduled) and all(s.num_new_tokens == 1 and s.start > 0 for s in self.scheduled)
 
     @property
     def empty(self) -> bool:
