@@ -216,13 +216,21 @@ def compare(
         ours = _engine_logits(engine, prompts)
         params = SamplingParams(temperature=0.0, max_tokens=greedy_tokens, ignore_eos=True)
         rid = f"verify-{path}-"
-        for i, p in enumerate(prompts):
-            engine.add_request(rid + str(i), p, params)
         generated: dict[str, list[int]] = {}
-        while engine.has_unfinished_requests():
-            for o in engine.step():
+
+        def collect(outputs: list) -> None:
+            for o in outputs:
                 if o.finished:
                     generated[o.request_id] = o.outputs[0].token_ids
+
+        # the first prompt prefills alone (an idle server's path, prefill graphs included); the others
+        # arrive together while it decodes (a multi-prompt prefill in a mixed step, then batched decode)
+        engine.add_request(rid + "0", prompts[0], params)
+        collect(engine.step())
+        for i, p in enumerate(prompts[1:], 1):
+            engine.add_request(rid + str(i), p, params)
+        while engine.has_unfinished_requests():
+            collect(engine.step())
     device = engine.device
     with torch.inference_mode():
         hf = [ref(torch.tensor([p], device=device)).logits[0].float() for p in prompts]
