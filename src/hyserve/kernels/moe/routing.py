@@ -43,7 +43,7 @@ from hyserve.kernels.moe.workspace import empty, launch
 
 SMALL_PAIRS = 512  # largest TP*KP the single-program path takes (T <= 64 at k = 8)
 # From this many tokens the small path splits top-k (grid over tokens, SPLIT_BLOCK_T per program) from the
-# grouping (one program): a single program's top-k over [TP, E] serialises TP rows of 8 arg-max passes
+# grouping (_group_kernel): a single program's top-k over [TP, E] serialises TP rows of 8 arg-max passes
 SPLIT_MIN_TOKENS = 16
 SPLIT_BLOCK_T = 4  # the fastest of 1/2/4/8 at T = 16..64 (``bench --routing``, H200, 2026-12-03)
 GROUP_CHUNK = 64  # pairs each ranking program of the split path places
@@ -75,6 +75,17 @@ def _softmax_topk(logits, cols, E, K: tl.constexpr, KP: tl.constexpr, ROUND: tl.
     elif ROUND == 2:
         w = w.to(tl.float16).to(tl.float32)
     return ids, w
+
+
+@triton.jit
+def _load_logits(logits_ptr, stride_lt, rows, rmask, cols, E):
+    """The [R, EP] router logits of ``rows`` in fp32, -inf in the columns >= E."""
+    logits = tl.load(
+        logits_ptr + rows[:, None].to(tl.int64) * stride_lt + cols[None, :],
+        mask=rmask[:, None] & (cols[None, :] < E),
+        other=0.0,
+    ).to(tl.float32)
+    return tl.where(cols[None, :] < E, logits, float("-inf"))
 
 
 @triton.jit
@@ -260,12 +271,7 @@ def _topk_kernel(
     rows = tl.program_id(0) * BT + tl.arange(0, BT)
     cols = tl.arange(0, EP)
     rmask = rows < T
-    logits = tl.load(
-        logits_ptr + rows[:, None].to(tl.int64) * stride_lt + cols[None, :],
-        mask=rmask[:, None] & (cols[None, :] < E),
-        other=0.0,
-    ).to(tl.float32)
-    logits = tl.where(cols[None, :] < E, logits, float("-inf"))
+    logits = _load_logits(logits_ptr, stride_lt, rows, rmask, cols, E)
     _topk_store(logits, rows, rmask, cols, E, ids_ptr, w_ptr, K, KP, ROUND)
 
 
@@ -291,12 +297,7 @@ def _route_small_kernel(
     """Grid (1,): route T <= TP tokens and group their T*K pairs by expert (decode path)."""
     rows = tl.arange(0, TP)
     cols = tl.arange(0, EP)
-    logits = tl.load(
-        logits_ptr + rows[:, None] * stride_lt + cols[None, :],
-        mask=(rows < T)[:, None] & (cols[None, :] < E),
-        other=0.0,
-    ).to(tl.float32)
-    logits = tl.where(cols[None, :] < E, logits, float("-inf"))
+    logits = _load_logits(logits_ptr, stride_lt, rows, rows < T, cols, E)
     _group_small(
         logits,
         rows,
@@ -432,12 +433,7 @@ def _route_kernel(
     rows = tb * BT + tl.arange(0, BT)
     cols = tl.arange(0, EP)
     rmask = rows < T
-    logits = tl.load(
-        logits_ptr + rows[:, None].to(tl.int64) * stride_lt + cols[None, :],
-        mask=rmask[:, None] & (cols[None, :] < E),
-        other=0.0,
-    ).to(tl.float32)
-    logits = tl.where(cols[None, :] < E, logits, float("-inf"))
+    logits = _load_logits(logits_ptr, stride_lt, rows, rmask, cols, E)
     ids, valid, _ = _topk_store(logits, rows, rmask, cols, E, ids_ptr, w_ptr, K, KP, ROUND)
     P: tl.constexpr = BT * KP
     n_valid = tl.sum(tl.sum(valid.to(tl.int32), axis=1), axis=0)
@@ -683,7 +679,7 @@ def route_and_align(
 ) -> Routing:
     """Route T tokens (logits [T, E], any float dtype) and group the pairs by expert (T >= 1).
 
-    ``split`` (small T only): top-k over a grid of programs, then the grouping in one (two launches)
+    ``split`` (small T only): top-k over a grid of programs, then the grouping over another (two launches)
     instead of one program doing both; None picks it from T (``SPLIT_MIN_TOKENS``)."""
     T, E = logits.shape
     dev = logits.device
