@@ -10,7 +10,7 @@ import torch
 
 from checkpoints import make_checkpoint
 from hyserve import LLM, SamplingParams
-from hyserve.engine.prefill_graphs import PrefillGraphs, stage_prefill_inputs
+from hyserve.engine.prefill_graphs import PrefillGraphs, default_prefill_sizes, stage_prefill_inputs
 from hyserve.engine.scheduler import ScheduledSequence, SchedulerOutput
 from hyserve.engine.sequence import Sequence
 
@@ -101,5 +101,8 @@ def test_bad_sizes_are_refused(model_dir):
         64,
         128,
     ]
+    assert engine_args_from(parser.parse_args(["--prefill-graph-sizes", "none"])).prefill_graph_sizes == []
+    assert engine_args_from(parser.parse_args([])).prefill_graph_sizes is None  # the default buckets
+    assert default_prefill_sizes(1000) == [128, 256, 512]
     with pytest.raises(ValueError, match="prefill graph size 512 is outside 1..127"):
         LLM(str(model_dir), device="cpu", progress=False, max_model_len=128, prefill_graph_sizes=[64, 512])

@@ -2,7 +2,7 @@
 # The numbers of record on the GPU, in one call: MoE routing tune for T=16..64 (merged), the full-size
 # verify of the fast path (Triton kernels, CUDA graphs, async scheduling), the HTTP benchmark table
 # (serve_bench.sh; flags sized to fit an 80 GB H100 too) and the decode-step profile. Carry .whl.
-# ENGINE_FLAGS (optional) go to verify and the server, e.g. ENGINE_FLAGS="--prefill-graph-sizes 128,1024,4096"
+# ENGINE_FLAGS (optional) go to verify and the server, e.g. ENGINE_FLAGS="--prefill-graph-sizes none"
 # (verify's max-model-len 4096 bounds the sizes it takes to 4095). Results: $OUT/results.tgz, the MoE JSON,
 # verify.json.
 set -u

@@ -34,8 +34,9 @@ def add_engine_arguments(parser: argparse.ArgumentParser, model_required: bool =
     g.add_argument(
         "--prefill-graph-sizes",
         default=None,
-        help="comma-separated prompt lengths of whole-prefill CUDA graphs (opt-in; a prompt runs in the "
-        "smallest size >= its length)",
+        help="comma-separated prompt lengths of whole-prefill CUDA graphs for a lone new prompt (it runs in "
+        "the smallest size >= its length; default 128,256,...,4096 within --max-num-batched-tokens and "
+        "--max-model-len), or 'none'",
     )
     g.add_argument(
         "--no-warmup",
@@ -63,7 +64,7 @@ def engine_args_from(ns: argparse.Namespace) -> EngineArgs:
         kv_cache_memory_gb=ns.kv_cache_memory_gb,
         enforce_eager=ns.enforce_eager,
         cuda_graph_sizes=_sizes(ns.cuda_graph_sizes, "--cuda-graph-sizes"),
-        prefill_graph_sizes=_sizes(ns.prefill_graph_sizes, "--prefill-graph-sizes"),
+        prefill_graph_sizes=_prefill_sizes(ns.prefill_graph_sizes),
         warmup=ns.warmup,
     )
 
@@ -78,3 +79,9 @@ def _sizes(text: str | None, flag: str) -> list[int] | None:
     if any(x < 1 for x in sizes):
         raise ValueError(f"{flag} takes comma-separated positive integers, got {text!r}")
     return sizes
+
+
+def _prefill_sizes(text: str | None) -> list[int] | None:
+    if text is not None and text.strip().lower() == "none":
+        return []
+    return _sizes(text, "--prefill-graph-sizes")

@@ -44,7 +44,8 @@ class EngineArgs:
     enforce_eager: bool = False  # never capture CUDA graphs
     async_scheduling: bool = True  # launch the next decode step before reading the previous one's tokens
     cuda_graph_sizes: list[int] | None = None  # decode batch sizes to capture (default: up to max_num_seqs)
-    prefill_graph_sizes: list[int] | None = None  # prompt lengths (tokens) of whole-prefill graphs (opt-in)
+    # prompt lengths (tokens) of whole-prefill graphs; None: 128, 256, ..., 4096 that fit; []: none
+    prefill_graph_sizes: list[int] | None = None
     warmup: bool = True  # on CUDA, compile the prefill kernels at start-up (engine/warmup.py)
     progress: bool = True
 
@@ -149,10 +150,13 @@ class LLMEngine:
             sizes = args.cuda_graph_sizes or capture_sizes(args.max_num_seqs)
             start = time.perf_counter()
             self.runner.capture_graphs(sizes, self.max_model_len, progress=args.progress)
-            if args.prefill_graph_sizes:
-                self.runner.capture_prefill_graphs(
-                    args.prefill_graph_sizes, self.max_model_len, progress=args.progress
-                )
+            from hyserve.engine.prefill_graphs import default_prefill_sizes
+
+            prefill_sizes = args.prefill_graph_sizes
+            if prefill_sizes is None:
+                prefill_sizes = default_prefill_sizes(limit)
+            if prefill_sizes:
+                self.runner.capture_prefill_graphs(prefill_sizes, self.max_model_len, progress=args.progress)
             log.info("graph capture took %.1f s", time.perf_counter() - start)
         if self.device.type == "cuda" and args.warmup:
             from hyserve.engine.warmup import warm_up

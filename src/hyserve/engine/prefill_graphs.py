@@ -10,8 +10,10 @@ n < L: two sequences, the prompt and a throw-away one of L - n tokens that reads
 no KV and keeps its DeltaNet state in the spare slot (like the padded rows of the decode graphs). Tokens of
 different sequences never mix (attention and the DeltaNet recurrence are per sequence; projections, norms
 and the MoE per token), so the prompt's logits, KV and state are those of the unpadded prefill
-(``tests/test_prefill_graphs.py`` runs the same padded forward eagerly on the CPU and compares). The graphs
-are opt-in (``--prefill-graph-sizes``): their memory pool holds the activations of the largest bucket.
+(``tests/test_prefill_graphs.py`` runs the same padded forward eagerly on the CPU and compares; on the H200,
+``scripts/check_prefill_graphs.py`` compares a padded replay with the eager prefill at the same token
+count). Captured by default for 128, 256, ..., 4096 tokens (``--prefill-graph-sizes`` picks others, ``none``
+turns them off): their memory pool holds the activations of the largest bucket, ~1 GiB at 4096 tokens.
 """
 
 from __future__ import annotations
@@ -28,6 +30,13 @@ from hyserve.engine.scheduler import SchedulerOutput
 from hyserve.model.batch import ForwardBatch
 
 log = logging.getLogger(__name__)
+
+DEFAULT_SIZES = (128, 256, 512, 1024, 2048, 4096)
+
+
+def default_prefill_sizes(limit: int) -> list[int]:
+    """The default buckets that fit a one-step prefill of at most ``limit`` tokens."""
+    return [s for s in DEFAULT_SIZES if s <= limit]
 
 
 @dataclass
