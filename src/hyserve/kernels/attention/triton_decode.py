@@ -23,6 +23,8 @@ import torch
 import triton
 import triton.language as tl
 
+from hyserve.kernels.pdl import launch_options, wait_for_previous
+
 
 @triton.jit
 def _paged_decode_split_kernel(
@@ -61,7 +63,9 @@ def _paged_decode_split_kernel(
     SINGLE: tl.constexpr,
     HAS_GATE: tl.constexpr,
     DOT_PREC: tl.constexpr,
+    USE_PDL: tl.constexpr,
 ):
+    wait_for_previous(USE_PDL)
     seq = tl.program_id(0).to(tl.int64)
     kvh = tl.program_id(1).to(tl.int64)
     split = tl.program_id(2)
@@ -156,7 +160,9 @@ def _paged_decode_reduce_kernel(
     BLOCK_N: tl.constexpr,
     S_PAD: tl.constexpr,
     HAS_GATE: tl.constexpr,
+    USE_PDL: tl.constexpr,
 ):
+    wait_for_previous(USE_PDL)
     seq = tl.program_id(0).to(tl.int64)
     head = tl.program_id(1).to(tl.int64)
     num_heads = tl.num_programs(1)
@@ -278,7 +284,7 @@ def paged_decode(
         out.stride(0), out.stride(1), splits,
         G=group, G_PAD=g_pad, D=head_dim, BLOCK_D=block_d, BLOCK_N=block_n, PAGE=page,
         SINGLE=splits == 1, HAS_GATE=gate is not None, DOT_PREC=dot_prec,
-        num_warps=num_warps, num_stages=num_stages,
+        num_warps=num_warps, num_stages=num_stages, **launch_options(q),
     )  # fmt: skip
     if splits > 1:
         s_pad = triton.next_power_of_2(splits)
@@ -288,6 +294,6 @@ def paged_decode(
             out.stride(0), out.stride(1), splits,
             D=head_dim, BLOCK_D=block_d, BLOCK_N=block_n, S_PAD=s_pad,
             HAS_GATE=gate is not None,
-            num_warps=4 if s_pad * block_d <= 4096 else 8,
+            num_warps=4 if s_pad * block_d <= 4096 else 8, **launch_options(q),
         )  # fmt: skip
     return out

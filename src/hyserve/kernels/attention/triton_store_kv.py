@@ -12,6 +12,8 @@ import torch
 import triton
 import triton.language as tl
 
+from hyserve.kernels.pdl import launch_options, wait_for_previous
+
 
 @triton.jit
 def _store_kv_kernel(
@@ -35,7 +37,9 @@ def _store_kv_kernel(
     BLOCK_H: tl.constexpr,
     BLOCK_D: tl.constexpr,
     PAGE: tl.constexpr,
+    USE_PDL: tl.constexpr,
 ):
+    wait_for_previous(USE_PDL)
     tok = tl.program_id(0).to(tl.int64)
     slot = tl.load(slot_ptr + tok).to(tl.int64)
     offs_h = tl.arange(0, BLOCK_H)
@@ -71,5 +75,5 @@ def store_kv_triton(
         v_cache.stride(0), v_cache.stride(1), v_cache.stride(2),
         H=num_heads, D=head_dim, BLOCK_H=triton.next_power_of_2(num_heads),
         BLOCK_D=triton.next_power_of_2(head_dim), PAGE=k_cache.shape[1],
-        num_warps=4,
+        num_warps=4, **launch_options(k),
     )  # fmt: skip

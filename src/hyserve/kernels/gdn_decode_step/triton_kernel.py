@@ -39,6 +39,8 @@ import torch
 import triton
 import triton.language as tl
 
+from hyserve.kernels.pdl import launch_options, wait_for_previous
+
 # batch size bound -> (BV, num_warps); the first entry whose bound is >= B
 _CONFIGS = ((2, 32, 4), (1 << 30, 128, 4))
 
@@ -55,7 +57,9 @@ def _gdn_decode_step_kernel(
     H: tl.constexpr, HV: tl.constexpr, G: tl.constexpr, K: tl.constexpr, V: tl.constexpr, W: tl.constexpr,
     BK: tl.constexpr, BV: tl.constexpr, BVF: tl.constexpr, NV: tl.constexpr, NW_DT: tl.constexpr,
     EARLY_STATE: tl.constexpr,
+    USE_PDL: tl.constexpr,
 ):  # fmt: skip
+    wait_for_previous(USE_PDL)
     i_b = tl.program_id(0)
     i_hv = tl.program_id(1)
     i_v = tl.program_id(2)
@@ -244,6 +248,6 @@ def gdn_decode_step_triton(
         conv_state, ssm_state, state_indices, out, ws, ws[batch * h :],
         mixed_qkv.stride(0), z.stride(0), z.stride(1), a.stride(0), b.stride(0), eps, kd**-0.5,
         H=h, HV=hv, G=hv // h, K=kd, V=vd, W=width, BK=bk, BV=bv, BVF=bvf, NV=triton.cdiv(vd, bv),
-        NW_DT=nw_dt, EARLY_STATE=early_state, num_warps=num_warps or warps,
+        NW_DT=nw_dt, EARLY_STATE=early_state, num_warps=num_warps or warps, **launch_options(out),
     )  # fmt: skip
     return out

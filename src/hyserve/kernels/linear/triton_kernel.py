@@ -18,6 +18,7 @@ import triton
 import triton.language as tl
 
 from hyserve.kernels.linear import GEMV_MAX_ROWS
+from hyserve.kernels.pdl import launch_options, wait_for_previous
 
 
 @triton.jit
@@ -34,7 +35,9 @@ def _gemv_kernel(
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
     BLOCK_K: tl.constexpr,
+    USE_PDL: tl.constexpr,
 ):
+    wait_for_previous(USE_PDL)
     pid = tl.program_id(0)
     rm = tl.arange(0, BLOCK_M)
     rn = pid * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -89,5 +92,6 @@ def gemv_triton(
         BLOCK_N=cfg["BLOCK_N"],
         BLOCK_K=block_k,
         num_warps=cfg.get("num_warps", 4),
+        **launch_options(x),
     )
     return out

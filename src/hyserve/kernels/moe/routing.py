@@ -40,6 +40,7 @@ import triton
 import triton.language as tl
 
 from hyserve.kernels.moe.workspace import empty, launch
+from hyserve.kernels.pdl import wait_for_previous
 
 SMALL_PAIRS = 512  # largest TP*KP the single-program path takes (T <= 64 at k = 8)
 # From this many tokens the small path splits top-k (grid over tokens, SPLIT_BLOCK_T per program) from the
@@ -238,10 +239,12 @@ def _group_kernel(
     MAX_NB: tl.constexpr,
     BLOCK_M: tl.constexpr,
     HAS_SHARED: tl.constexpr,
+    USE_PDL: tl.constexpr,
 ):
     """Grid (cdiv(NP, CHUNK) + 1,), after ``_topk_kernel`` wrote ``topk_ids``: program c < last places the
     pairs [c*CHUNK, (c+1)*CHUNK) (each rank is a count over all N keys, independent of the other chunks);
     the last program writes the per-expert block list. No program reads another's output."""
+    wait_for_previous(USE_PDL)
     pid = tl.program_id(0)
     N = T * K
     i = tl.arange(0, NP)
@@ -266,8 +269,10 @@ def _topk_kernel(
     BT: tl.constexpr,
     EP: tl.constexpr,
     ROUND: tl.constexpr,
+    USE_PDL: tl.constexpr,
 ):
     """Grid (cdiv(T, BT),): softmax/top-k/renormalise of BT tokens per program, no grouping."""
+    wait_for_previous(USE_PDL)
     rows = tl.program_id(0) * BT + tl.arange(0, BT)
     cols = tl.arange(0, EP)
     rmask = rows < T
@@ -293,8 +298,10 @@ def _route_small_kernel(
     BLOCK_M: tl.constexpr,
     ROUND: tl.constexpr,
     HAS_SHARED: tl.constexpr,
+    USE_PDL: tl.constexpr,
 ):
     """Grid (1,): route T <= TP tokens and group their T*K pairs by expert (decode path)."""
+    wait_for_previous(USE_PDL)
     rows = tl.arange(0, TP)
     cols = tl.arange(0, EP)
     logits = _load_logits(logits_ptr, stride_lt, rows, rows < T, cols, E)
@@ -347,6 +354,7 @@ def _router_route_kernel(
     USE_DOT: tl.constexpr,
     DOT_PREC: tl.constexpr,
     GROUP: tl.constexpr,
+    USE_PDL: tl.constexpr,
 ):
     """Grid (cdiv(E, BE),): the router GEMV fused with the small routing (decode, one launch).
 
@@ -356,6 +364,7 @@ def _router_route_kernel(
     program that draws the last ticket sees every logit, routes (and groups, with GROUP), and resets the counter
     to 0 for the next launch (CUDA-graph replays included). The result does not depend on which
     program finishes last. The counter is one persistent tensor per device (``_counter``)."""
+    wait_for_previous(USE_PDL)
     pid = tl.program_id(0)
     rows = tl.arange(0, TP)
     rmask = rows < T
@@ -427,8 +436,10 @@ def _route_kernel(
     BT: tl.constexpr,
     EP: tl.constexpr,
     ROUND: tl.constexpr,
+    USE_PDL: tl.constexpr,
 ):
     """Grid (cdiv(T, BT),): top-k of BT tokens; counts[tb, e] = pairs of this token block on expert e."""
+    wait_for_previous(USE_PDL)
     tb = tl.program_id(0)
     rows = tb * BT + tl.arange(0, BT)
     cols = tl.arange(0, EP)
@@ -456,9 +467,11 @@ def _align_scan_kernel(
     CT: tl.constexpr,
     BLOCK_M: tl.constexpr,
     HAS_SHARED: tl.constexpr,
+    USE_PDL: tl.constexpr,
 ):
     """Grid (1,): base[tb, e] = first row of expert e's pairs from token block tb, minus the index its
     first pair has in the token block's own expert-sorted order; then the block list."""
+    wait_for_previous(USE_PDL)
     cols = tl.arange(0, EP)
     ct = tl.arange(0, CT)
     total = tl.zeros((EP,), dtype=tl.int32)
@@ -489,8 +502,10 @@ def _align_scatter_kernel(
     KP: tl.constexpr,
     BT: tl.constexpr,
     EP: tl.constexpr,
+    USE_PDL: tl.constexpr,
 ):
     """Grid (NTB,): sort the token block's pairs by expert; pair i of that order goes to row base + i."""
+    wait_for_previous(USE_PDL)
     tb = tl.program_id(0)
     lt = tl.arange(0, BT)
     kc = tl.arange(0, KP)

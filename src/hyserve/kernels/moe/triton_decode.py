@@ -28,6 +28,7 @@ import triton.language as tl
 
 from hyserve.kernels.moe.triton_gate_up import dot_precision
 from hyserve.kernels.moe.workspace import empty, launch
+from hyserve.kernels.pdl import wait_for_previous
 
 
 @triton.jit(do_not_specialize=["T", "N", "MAXB"])
@@ -57,7 +58,9 @@ def _down_reduce_kernel(
     EVEN: tl.constexpr,
     USE_DOT: tl.constexpr,
     DOT_PREC: tl.constexpr,
+    USE_PDL: tl.constexpr,
 ):
+    wait_for_previous(USE_PDL)
     p = tl.program_id(0)
     hh = p * BLOCK_H + tl.arange(0, BLOCK_H)
     hmask = hh < H

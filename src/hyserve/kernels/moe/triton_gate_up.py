@@ -32,6 +32,7 @@ import triton
 import triton.language as tl
 
 from hyserve.kernels.moe.workspace import empty, launch
+from hyserve.kernels.pdl import wait_for_previous
 
 
 @triton.jit(do_not_specialize=["N", "MAXB"])
@@ -62,7 +63,9 @@ def _gate_up_kernel(
     HAS_SHARED_GATE: tl.constexpr,
     USE_DOT: tl.constexpr,
     DOT_PREC: tl.constexpr,
+    USE_PDL: tl.constexpr,
 ):
+    wait_for_previous(USE_PDL)
     n = tl.program_id(0)  # fastest: the N-tiles of a block run back to back (its x / h rows stay in L2)
     b = tl.program_id(1)
     if b >= tl.load(meta_ptr + 3 * MAXB):

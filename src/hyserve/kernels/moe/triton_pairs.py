@@ -26,6 +26,7 @@ import triton
 import triton.language as tl
 
 from hyserve.kernels.moe.workspace import empty, launch
+from hyserve.kernels.pdl import wait_for_previous
 
 
 @triton.jit
@@ -48,7 +49,9 @@ def _gate_up_pairs_kernel(
     BLOCK_I: tl.constexpr,
     BLOCK_K: tl.constexpr,
     HAS_SHARED_GATE: tl.constexpr,
+    USE_PDL: tl.constexpr,
 ):
+    wait_for_previous(USE_PDL)
     n = tl.program_id(0)
     p = tl.program_id(1)
     N = T * K_TOP
@@ -114,7 +117,9 @@ def _down_pairs_kernel(
     BLOCK_H: tl.constexpr,
     BLOCK_I: tl.constexpr,
     HAS_SHARED: tl.constexpr,
+    USE_PDL: tl.constexpr,
 ):
+    wait_for_previous(USE_PDL)
     hb = tl.program_id(0)
     t = tl.program_id(1)
     N = T * K_TOP

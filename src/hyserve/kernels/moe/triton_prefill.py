@@ -22,6 +22,7 @@ import triton.language as tl
 
 from hyserve.kernels.moe.triton_gate_up import dot_precision
 from hyserve.kernels.moe.workspace import empty, launch
+from hyserve.kernels.pdl import wait_for_previous
 
 
 @triton.jit(do_not_specialize=["N", "MAXB"])
@@ -45,7 +46,9 @@ def _down_kernel(
     BLOCK_K: tl.constexpr,
     EVEN: tl.constexpr,
     DOT_PREC: tl.constexpr,
+    USE_PDL: tl.constexpr,
 ):
+    wait_for_previous(USE_PDL)
     n = tl.program_id(0)  # fastest: the H-tiles of a block run back to back (its h rows stay in L2)
     b = tl.program_id(1)
     if b >= tl.load(meta_ptr + 3 * MAXB):
@@ -96,7 +99,9 @@ def _sum_kernel(
     HAS_SHARED: tl.constexpr,
     BLOCK_T: tl.constexpr,
     BLOCK_H: tl.constexpr,
+    USE_PDL: tl.constexpr,
 ):
+    wait_for_previous(USE_PDL)
     t = tl.program_id(0) * BLOCK_T + tl.arange(0, BLOCK_T)
     hh = tl.program_id(1) * BLOCK_H + tl.arange(0, BLOCK_H)
     m = (t < T)[:, None] & (hh < H)[None, :]

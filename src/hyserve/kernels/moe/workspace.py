@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import torch
 
+from hyserve.kernels.pdl import launch_options
+
 POISON = False  # fill new buffers with NaN (floats) / a huge id (ints) instead of leaving them empty
 
 
@@ -18,7 +20,10 @@ WARMUP_ONLY = False  # tune.py's compile workers: compile every launch into the 
 
 
 def launch(kernel, grid: tuple[int, ...], *args, **kwargs) -> None:
-    """``kernel[grid](*args, **kwargs)``, or only its compilation when ``WARMUP_ONLY``."""
+    """``kernel[grid](*args, **kwargs)``, or only its compilation when ``WARMUP_ONLY``; a kernel taking
+    ``USE_PDL`` launches with programmatic dependent launch where the device has it (``kernels/pdl.py``)."""
+    if "USE_PDL" in kernel.arg_names and "USE_PDL" not in kwargs:
+        kwargs.update(launch_options(next(a for a in args if isinstance(a, torch.Tensor))))
     if WARMUP_ONLY:
         kernel.warmup(*args, grid=grid, **kwargs)
     else:

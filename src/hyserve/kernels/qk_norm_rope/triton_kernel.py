@@ -16,6 +16,8 @@ import torch
 import triton
 import triton.language as tl
 
+from hyserve.kernels.pdl import launch_options, wait_for_previous
+
 
 @triton.jit
 def _norm_rope_heads(
@@ -83,7 +85,9 @@ def _qk_norm_rope_kernel(
     BLOCK_HK: tl.constexpr,
     BLOCK_D: tl.constexpr,
     ROT: tl.constexpr,
+    USE_PDL: tl.constexpr,
 ):
+    wait_for_previous(USE_PDL)
     tok = tl.program_id(0).to(tl.int64)
     cols = tl.arange(0, BLOCK_D)
     in_rot = cols < ROT
@@ -128,6 +132,6 @@ def qk_norm_rope_triton(
             q.stride(0), q.stride(1), k.stride(0), k.stride(1), cos.stride(0), sin.stride(0), eps,
             HQ=hq, HK=hk, D=d, BLOCK_HQ=triton.next_power_of_2(hq), BLOCK_HK=triton.next_power_of_2(hk),
             BLOCK_D=block_d, ROT=rotary_dim,
-            num_warps=max(1, min(8, triton.next_power_of_2(hq) * block_d // 512)),
+            num_warps=max(1, min(8, triton.next_power_of_2(hq) * block_d // 512)), **launch_options(q),
         )  # fmt: skip
     return q_out, k_out

@@ -15,6 +15,8 @@ import torch
 import triton
 import triton.language as tl
 
+from hyserve.kernels.pdl import launch_options, wait_for_previous
+
 
 @triton.jit
 def _rms_norm_kernel(
@@ -31,7 +33,9 @@ def _rms_norm_kernel(
     BLOCK_D: tl.constexpr,
     ROWS: tl.constexpr,
     HAS_RES: tl.constexpr,
+    USE_PDL: tl.constexpr,
 ):
+    wait_for_previous(USE_PDL)
     rows = tl.program_id(0).to(tl.int64) * ROWS + tl.arange(0, ROWS)
     cols = tl.arange(0, BLOCK_D)
     col_ok = cols < D
@@ -82,5 +86,6 @@ def rms_norm_triton(
         _rms_norm_kernel[(triton.cdiv(n_rows, rows),)](
             x2, r2, weight, out, h, n_rows, x2.stride(0), r2.stride(0), eps,
             D=d, BLOCK_D=block_d, ROWS=rows, HAS_RES=residual is not None, num_warps=num_warps,
+            **launch_options(x),
         )  # fmt: skip
     return out if residual is None else (out, h)
