@@ -8,9 +8,13 @@ programs are scheduled as soon as every program of the previous kernel has calle
 has completed and its memory is visible.
 
 The contract of a kernel taking ``USE_PDL: tl.constexpr``: it calls ``wait_for_previous(USE_PDL)`` before
-its first global load or store. The release comes right after the wait, so a kernel lets its successor
-start only once its own predecessor has completed: at most two kernels are resident at a time, and every
-kernel still sees the writes of all kernels before it. Kernels launched without the attribute (cuBLAS,
+its first store and before loading anything the previous kernel may write. The release comes right after
+the wait, so a kernel lets its successor start only once its own predecessor has completed: at most two
+kernels are resident at a time, and every kernel still sees the writes of all kernels before it. Before
+the wait a kernel may load what no kernel writes (weights) and what kernels at least two launches back
+wrote (they completed before the previous kernel passed its wait): the GEMV, the router and the MoE down
+kernel stream their first weight tiles there, and the DeltaNet step its state tile, so their ramp-up
+overlaps the previous kernel's tail. Kernels launched without the attribute (cuBLAS,
 torch) keep the plain stream order, before and after. Under CUDA graphs the attribute becomes a
 programmatic edge of the captured graph.
 

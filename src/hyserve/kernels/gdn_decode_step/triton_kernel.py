@@ -59,7 +59,6 @@ def _gdn_decode_step_kernel(
     EARLY_STATE: tl.constexpr,
     USE_PDL: tl.constexpr,
 ):  # fmt: skip
-    wait_for_previous(USE_PDL)
     i_b = tl.program_id(0)
     i_hv = tl.program_id(1)
     i_v = tl.program_id(2)
@@ -81,6 +80,9 @@ def _gdn_decode_step_kernel(
             s = tl.load(ssm_ptr + s_off)
         else:
             s = tl.load(ssm_ptr + s_off, mask=mk[:, None] & mv[None, :], other=0.0)
+    # the slot indices (staged before the step) and the state (last written by this layer's previous step)
+    # are no output of the previous kernel: they load while it finishes; its qkv/z/a/b only after this
+    wait_for_previous(USE_PDL)
 
     # causal conv over [conv_state rows 0..W-2, x] and SiLU, per channel group
     cq = i_h * K + ok

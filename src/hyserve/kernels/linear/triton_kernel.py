@@ -37,7 +37,6 @@ def _gemv_kernel(
     BLOCK_K: tl.constexpr,
     USE_PDL: tl.constexpr,
 ):
-    wait_for_previous(USE_PDL)
     pid = tl.program_id(0)
     rm = tl.arange(0, BLOCK_M)
     rn = pid * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -46,8 +45,12 @@ def _gemv_kernel(
     kk = tl.arange(0, BLOCK_K)
     w_rows = w_ptr + rn.to(tl.int64)[:, None] * stride_wn
     x_rows = x_ptr + rm.to(tl.int64)[:, None] * stride_xm
-    acc = tl.zeros((BLOCK_M, BLOCK_N, BLOCK_K), dtype=tl.float32)
-    for k0 in range(0, K, BLOCK_K):
+    # W is no kernel's output: its first tile streams in while the previous kernel finishes (kernels/pdl.py)
+    w = tl.load(w_rows + kk[None, :], mask=nm[:, None] & (kk < K)[None, :], other=0.0)
+    wait_for_previous(USE_PDL)
+    x = tl.load(x_rows + kk[None, :], mask=mm[:, None] & (kk < K)[None, :], other=0.0)
+    acc = x.to(tl.float32)[:, None, :] * w.to(tl.float32)[None, :, :]
+    for k0 in range(BLOCK_K, K, BLOCK_K):
         k = k0 + kk
         km = k < K
         w = tl.load(w_rows + k[None, :], mask=nm[:, None] & km[None, :], other=0.0)

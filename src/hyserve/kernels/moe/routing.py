@@ -326,6 +326,27 @@ def _route_small_kernel(
     )
 
 
+@triton.jit
+def _router_weights(g_rows, k, km, emask, USE_DOT: tl.constexpr):
+    """The router weight tile of columns k: [BK, BE] for tl.dot, else [BE, BK]."""
+    if USE_DOT:
+        wt = tl.load(g_rows[None, :] + k[:, None], mask=km[:, None] & emask[None, :], other=0.0)
+    else:
+        wt = tl.load(g_rows[:, None] + k[None, :], mask=emask[:, None] & km[None, :], other=0.0)
+    return wt
+
+
+@triton.jit
+def _router_acc(acc, x_rows, rmask, k, km, wt, USE_DOT: tl.constexpr, DOT_PREC: tl.constexpr):
+    """acc [TP, BE] += x[:, k] @ the weight tile of ``_router_weights``."""
+    xt = tl.load(x_rows[:, None] + k[None, :], mask=rmask[:, None] & km[None, :], other=0.0)
+    if USE_DOT:
+        acc = tl.dot(xt, wt, acc, input_precision=DOT_PREC)
+    else:
+        acc += tl.sum(xt.to(tl.float32)[:, None, :] * wt.to(tl.float32)[None, :, :], axis=2)
+    return acc
+
+
 @triton.jit(do_not_specialize=["T", "MAXB"])
 def _router_route_kernel(
     x_ptr,
@@ -363,8 +384,8 @@ def _router_route_kernel(
     from ``counter`` (acq_rel atomic, after a CTA barrier: the classic last-block reduction); the
     program that draws the last ticket sees every logit, routes (and groups, with GROUP), and resets the counter
     to 0 for the next launch (CUDA-graph replays included). The result does not depend on which
-    program finishes last. The counter is one persistent tensor per device (``_counter``)."""
-    wait_for_previous(USE_PDL)
+    program finishes last. The counter is one persistent tensor per device (``_counter``). The router
+    weights are no kernel's output: their first tile loads while the previous kernel finishes (pdl.py)."""
     pid = tl.program_id(0)
     rows = tl.arange(0, TP)
     rmask = rows < T
@@ -373,17 +394,15 @@ def _router_route_kernel(
     kk = tl.arange(0, BK)
     x_rows = x_ptr + rows.to(tl.int64) * stride_xt
     g_rows = gw_ptr + ee.to(tl.int64) * stride_ge
+    wt = _router_weights(g_rows, kk, kk < H, emask, USE_DOT)
+    wait_for_previous(USE_PDL)
     acc = tl.zeros((TP, BE), dtype=tl.float32)
-    for k0 in range(0, H, BK):
+    acc = _router_acc(acc, x_rows, rmask, kk, kk < H, wt, USE_DOT, DOT_PREC)
+    for k0 in range(BK, H, BK):
         k = k0 + kk
         km = k < H
-        xt = tl.load(x_rows[:, None] + k[None, :], mask=rmask[:, None] & km[None, :], other=0.0)
-        if USE_DOT:
-            wt = tl.load(g_rows[None, :] + k[:, None], mask=km[:, None] & emask[None, :], other=0.0)
-            acc = tl.dot(xt, wt, acc, input_precision=DOT_PREC)
-        else:
-            wt = tl.load(g_rows[:, None] + k[None, :], mask=emask[:, None] & km[None, :], other=0.0)
-            acc += tl.sum(xt.to(tl.float32)[:, None, :] * wt.to(tl.float32)[None, :, :], axis=2)
+        wt = _router_weights(g_rows, k, km, emask, USE_DOT)
+        acc = _router_acc(acc, x_rows, rmask, k, km, wt, USE_DOT, DOT_PREC)
     acc = acc.to(x_ptr.dtype.element_ty).to(tl.float32)
     tl.store(scratch_ptr + rows[:, None] * EP + ee[None, :], acc, mask=rmask[:, None] & emask[None, :])
     tl.debug_barrier()

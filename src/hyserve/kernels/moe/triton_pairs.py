@@ -99,6 +99,17 @@ def _gate_up_pairs_kernel(
 
 
 @triton.jit
+def _down_tile(acc, acc_s, w, ws, h_rows, hs_row, i, jm, im, HAS_SHARED: tl.constexpr):
+    """acc [KP, BLOCK_H, BLOCK_I] += w * h[i]; acc_s [BLOCK_H, BLOCK_I] += ws * h_shared[i]."""
+    hv = tl.load(h_rows + i[None, :], mask=jm[:, None] & im[None, :], other=0.0)
+    acc += w.to(tl.float32) * hv.to(tl.float32)[:, None, :]
+    if HAS_SHARED:
+        hsv = tl.load(hs_row + i, mask=im, other=0.0)
+        acc_s += ws.to(tl.float32) * hsv.to(tl.float32)[None, :]
+    return acc, acc_s
+
+
+@triton.jit
 def _down_pairs_kernel(
     h_ptr,
     wd_ptr,
@@ -119,7 +130,9 @@ def _down_pairs_kernel(
     HAS_SHARED: tl.constexpr,
     USE_PDL: tl.constexpr,
 ):
-    wait_for_previous(USE_PDL)
+    """Grid (cdiv(H, BLOCK_H), T). The expert ids come from the routing, two launches back (the gate_up
+    kernel runs between), and the weights are no kernel's output: both load, with the first weight tiles,
+    while the gate_up kernel finishes; its h only after the wait (kernels/pdl.py)."""
     hb = tl.program_id(0)
     t = tl.program_id(1)
     N = T * K_TOP
@@ -134,22 +147,23 @@ def _down_pairs_kernel(
     h_rows = h_ptr + (t * K_TOP + j).to(tl.int64)[:, None] * I
     s_rows = swd_ptr + hh.to(tl.int64)[:, None] * stride_sh
     hs_row = h_ptr + (N + t).to(tl.int64) * I
+    wmask = jm[:, None, None] & hm[None, :, None]
+    im = ii < I
+    w = tl.load(w_rows + ii[None, None, :], mask=wmask & im[None, None, :], other=0.0)
+    ws = w  # unused without a shared expert
+    if HAS_SHARED:
+        ws = tl.load(s_rows + ii[None, :], mask=hm[:, None] & im[None, :], other=0.0)
+    wait_for_previous(USE_PDL)
     acc = tl.zeros((KP, BLOCK_H, BLOCK_I), dtype=tl.float32)
     acc_s = tl.zeros((BLOCK_H, BLOCK_I), dtype=tl.float32)
-    for i0 in range(0, I, BLOCK_I):
+    acc, acc_s = _down_tile(acc, acc_s, w, ws, h_rows, hs_row, ii, jm, im, HAS_SHARED)
+    for i0 in range(BLOCK_I, I, BLOCK_I):
         i = i0 + ii
         im = i < I
-        w = tl.load(
-            w_rows + i[None, None, :],
-            mask=jm[:, None, None] & hm[None, :, None] & im[None, None, :],
-            other=0.0,
-        )
-        hv = tl.load(h_rows + i[None, :], mask=jm[:, None] & im[None, :], other=0.0)
-        acc += w.to(tl.float32) * hv.to(tl.float32)[:, None, :]
+        w = tl.load(w_rows + i[None, None, :], mask=wmask & im[None, None, :], other=0.0)
         if HAS_SHARED:
             ws = tl.load(s_rows + i[None, :], mask=hm[:, None] & im[None, :], other=0.0)
-            hsv = tl.load(hs_row + i, mask=im, other=0.0)
-            acc_s += ws.to(tl.float32) * hsv.to(tl.float32)[None, :]
+        acc, acc_s = _down_tile(acc, acc_s, w, ws, h_rows, hs_row, i, jm, im, HAS_SHARED)
     y = tl.sum(tl.sum(acc, axis=2), axis=0)
     if HAS_SHARED:
         y += tl.sum(acc_s, axis=1)
