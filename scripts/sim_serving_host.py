@@ -137,7 +137,9 @@ def main() -> None:
     engine.runner.launch = device.launch
     config = ServerConfig(served_model_names=("sim",), access_log=False)
     app = build_app(engine, config)
-    sock = socket.socket()
+    # proto IPPROTO_TCP, as uvicorn's own listener has: asyncio sets TCP_NODELAY only on such sockets, and
+    # without it Nagle holds each SSE chunk until the client's delayed ACK (~40 ms) on a kept-alive connection
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.bind(("127.0.0.1", 0))
     port = sock.getsockname()[1]
     server = build_server(app, config, log_level="warning")
