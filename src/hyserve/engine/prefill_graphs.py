@@ -13,7 +13,7 @@ and the MoE per token), so the prompt's logits, KV and state are those of the un
 (``tests/test_prefill_graphs.py`` runs the same padded forward eagerly on the CPU and compares; on the H200,
 ``scripts/check_prefill_graphs.py`` compares a padded replay with the eager prefill at the same token
 count). Captured by default for 128, 256, ..., 4096 tokens (``--prefill-graph-sizes`` picks others, ``none``
-turns them off): their memory pool holds the activations of the largest bucket, ~1 GiB at 4096 tokens.
+turns them off): their memory pool holds the activations of the largest bucket.
 """
 
 from __future__ import annotations
