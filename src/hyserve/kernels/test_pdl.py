@@ -54,7 +54,12 @@ def test_dependent_chain_matches_plain_launches(monkeypatch: pytest.MonkeyPatch)
     torch.cuda.synchronize()
     with torch.cuda.graph(graph):
         out = _chain(static_x, weights, norm_w)
-    for _ in range(3):
+    for i in range(4):  # a new input every replay: a kernel that read it before its wait would see stale data
+        if i:
+            static_x.copy_(torch.randn(1, d, device="cuda", generator=gen).bfloat16())
+            monkeypatch.setenv("HYSERVE_PDL", "0")
+            plain = _chain(static_x, weights, norm_w)
+            monkeypatch.setenv("HYSERVE_PDL", "1")
         out.fill_(float("nan"))
         graph.replay()
         torch.testing.assert_close(out, plain, rtol=0, atol=0)
