@@ -108,7 +108,7 @@ class ModelRunner:
         self.eos_token_ids = eos_token_ids
         self.cache = allocate_cache(config, cache_config, device, dtype)
         self.graphs = None
-        self.prefill_graphs = None  # engine/prefill_graphs.py, opt-in
+        self.prefill_graphs = None  # engine/prefill_graphs.py (captured by LLMEngine unless turned off)
 
     def capture_graphs(self, sizes: list[int], max_model_len: int, progress: bool = True) -> None:
         """Capture the decode step for these batch sizes; on failure stay eager (and say why)."""
