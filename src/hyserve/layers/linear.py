@@ -1,4 +1,5 @@
-"""A bias-free linear layer ``y = x W^T``; the place where weight formats other than BF16 will plug in."""
+"""A bias-free linear layer ``y = x W^T`` (with the pre-norm and residual add it may fuse); the place where
+weight formats other than BF16 will plug in."""
 
 from __future__ import annotations
 
@@ -27,8 +28,14 @@ class Linear(nn.Module):
                 raise ValueError(f"stacked parts cover {row} rows, the layer has {out_features}")
             set_sources(self, "weight", [layout])
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return ops.linear(x, self.weight)
+    def forward(
+        self, x: torch.Tensor, norm: nn.Module | None = None, residual: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """``[residual +] norm(x) W^T``: a pre-norm (an ``RMSNorm``: ``weight``, ``eps``) and a residual add
+        (in place, the residual returned) run inside the projection where the kernels can fuse them."""
+        if norm is None:
+            return ops.linear(x, self.weight, residual=residual)
+        return ops.linear(x, self.weight, norm_weight=norm.weight, norm_eps=norm.eps, residual=residual)
 
     def extra_repr(self) -> str:
         return f"in={self.in_features}, out={self.out_features}"

@@ -63,6 +63,59 @@ def test_gemv_matches_reference(shape, dtype, cfg):
     assert _rel(out, linear_reference(x, w)) < TOL[dtype]
 
 
+@pytest.mark.parametrize("shape", SHAPES)
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("fuse", ["norm", "residual", "both"])
+def test_gemv_fused_norm_and_residual(shape, dtype, fuse):
+    """``residual += rms_norm(x) W^T`` in one kernel vs the reference (norm rounded to x's dtype, then
+    F.linear, then the add): the GEMV never rounds the normed x, so bf16 is compared on the product."""
+    m, n, k = shape
+    x, w = _inputs(m, n, k, dtype, seed=m + n + k)
+    x = x * 3.0 + 0.25
+    gen = torch.Generator().manual_seed(n)
+    g = (torch.randn(k, generator=gen) * 0.3).to(dtype).to(DEVICE) if fuse != "residual" else None
+    r = torch.randn(m, n, generator=gen).to(dtype).to(DEVICE) if fuse != "norm" else None
+    cfg = {"BLOCK_N": 4, "BLOCK_K": 32}
+    kw = dict(norm_weight=g, norm_eps=1e-6)
+    want = linear_reference(x, w, **kw, residual=r.clone() if r is not None else None)
+    if r is None:
+        out = torch.full((m, n), float("nan"), dtype=dtype, device=DEVICE)
+        got = gemv_triton(x, w, cfg, out=out, **kw)
+        assert got is out
+    else:
+        res = r.clone()
+        got = gemv_triton(x, w, cfg, **kw, residual=res)
+        assert got is res
+    assert not got.isnan().any()
+    base = r if r is not None else torch.zeros_like(got)
+    assert _rel(got.double() - base.double(), want.double() - base.double()) < TOL[dtype]
+
+
+def test_linear_reference_norm_and_residual():
+    x, w = (t.cpu() for t in _inputs(3, 7, 20, torch.float32))
+    g, r = torch.randn(20), torch.randn(3, 7)
+    xn = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * (1 + g)
+    res = r.clone()
+    got = linear_reference(x, w, norm_weight=g, norm_eps=1e-6, residual=res)
+    assert got is res and _rel(got, r.double() + xn.double() @ w.double().T) < 1e-6
+
+
+@pytest.mark.parametrize("rows", [2, 6])
+def test_linear_op_norm_and_residual(rows, monkeypatch):
+    """The op on both of its fast paths: the fused GEMV (few rows), and above GEMV_MAX_ROWS the Triton norm,
+    then cuBLAS with the residual added in its epilogue (``addmm_``); leading dims flattened."""
+    monkeypatch.setattr(linear_op, "_plans", lambda: {"24x48": {"BLOCK_N": 8, "BLOCK_K": 16}})
+    x, w = _inputs(rows, 24, 48, torch.float32, seed=rows)
+    g = torch.randn(48, device=DEVICE) * 0.3
+    r = torch.randn(rows, 1, 24, device=DEVICE)
+    res = r.clone()
+    got = linear_op.linear(x.view(rows, 1, 48), w, norm_weight=g, norm_eps=1e-6, residual=res)
+    want = linear_reference(x.view(rows, 1, 48), w, norm_weight=g, norm_eps=1e-6, residual=r.clone())
+    assert got is res and _rel(got, want) < 1e-5
+    with pytest.raises(ValueError, match="residual"):
+        linear_op.linear(x, w, residual=torch.zeros(rows, 23, device=DEVICE))
+
+
 def test_gemv_strided_rows():
     x, w = _inputs(2, 24, 48, torch.float32, seed=3)
     wide = torch.randn(2, 100, device=DEVICE)

@@ -9,6 +9,14 @@ full K in [BLOCK_N, BLOCK_K] tiles (16-byte loads along K), multiplying by the M
 into an fp32 [BLOCK_M, BLOCK_N, BLOCK_K] accumulator that is reduced over K once at the end. No split-K,
 so the result is deterministic and every W byte is read exactly once. Small tiles give many programs
 per SM, which is what keeps enough loads in flight for a memory-bound kernel.
+
+Fused around it (the decode step's norms and residual adds, which would otherwise be ~80 launches of their
+own): with ``norm_weight`` x is first RMS-normalised (zero-centred, ``(1 + w)``), and with ``residual`` the
+result is added to it in place. The norm needs the whole row's mean square, which every program sees anyway
+(it streams all of K): ``y = rstd * sum_k x_k (1 + w_k) W_nk`` with ``rstd`` from the same loads, so the
+normalised x is never rounded to x's dtype (the unfused path rounds it once: a difference of that rounding,
+not of the math). The residual add happens in fp32 before the one cast; each program reads and writes only
+its own columns, so the residual may be the output.
 """
 
 from __future__ import annotations
@@ -22,19 +30,37 @@ from hyserve.kernels.pdl import launch_options, wait_for_previous
 
 
 @triton.jit
+def _gemv_tile(acc, ss, w, x_rows, g_ptr, k, km, mm, HAS_NORM: tl.constexpr):
+    """acc [BLOCK_M, BLOCK_N, BLOCK_K] += x[:, k] (times 1 + g[k] with the norm) * the W tile w;
+    ss [BLOCK_M, BLOCK_K] += x[:, k]^2."""
+    x = tl.load(x_rows + k[None, :], mask=mm[:, None] & km[None, :], other=0.0).to(tl.float32)
+    if HAS_NORM:
+        ss += x * x
+        x = x * (1.0 + tl.load(g_ptr + k, mask=km, other=0.0).to(tl.float32))[None, :]
+    acc += x[:, None, :] * w.to(tl.float32)[None, :, :]
+    return acc, ss
+
+
+@triton.jit
 def _gemv_kernel(
     x_ptr,
     w_ptr,
     y_ptr,
+    g_ptr,
+    r_ptr,
     M,
     N,
     K,
     stride_xm,
     stride_wn,
     stride_ym,
+    stride_rm,
+    eps,
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
     BLOCK_K: tl.constexpr,
+    HAS_NORM: tl.constexpr,
+    HAS_RES: tl.constexpr,
     USE_PDL: tl.constexpr,
 ):
     pid = tl.program_id(0)
@@ -48,26 +74,38 @@ def _gemv_kernel(
     # W is no kernel's output: its first tile streams in while the previous kernel finishes (kernels/pdl.py)
     w = tl.load(w_rows + kk[None, :], mask=nm[:, None] & (kk < K)[None, :], other=0.0)
     wait_for_previous(USE_PDL)
-    x = tl.load(x_rows + kk[None, :], mask=mm[:, None] & (kk < K)[None, :], other=0.0)
-    acc = x.to(tl.float32)[:, None, :] * w.to(tl.float32)[None, :, :]
+    acc = tl.zeros((BLOCK_M, BLOCK_N, BLOCK_K), dtype=tl.float32)
+    ss = tl.zeros((BLOCK_M, BLOCK_K), dtype=tl.float32)  # the rows' sums of squares (HAS_NORM)
+    acc, ss = _gemv_tile(acc, ss, w, x_rows, g_ptr, kk, kk < K, mm, HAS_NORM)
     for k0 in range(BLOCK_K, K, BLOCK_K):
         k = k0 + kk
         km = k < K
         w = tl.load(w_rows + k[None, :], mask=nm[:, None] & km[None, :], other=0.0)
-        x = tl.load(x_rows + k[None, :], mask=mm[:, None] & km[None, :], other=0.0)
-        acc += x.to(tl.float32)[:, None, :] * w.to(tl.float32)[None, :, :]
+        acc, ss = _gemv_tile(acc, ss, w, x_rows, g_ptr, k, km, mm, HAS_NORM)
     y = tl.sum(acc, axis=2)
+    if HAS_NORM:
+        y = y / tl.sqrt(tl.sum(ss, axis=1) / K + eps)[:, None]
+    omask = mm[:, None] & nm[None, :]
+    if HAS_RES:
+        y += tl.load(r_ptr + rm.to(tl.int64)[:, None] * stride_rm + rn[None, :], mask=omask).to(tl.float32)
     tl.store(
-        y_ptr + rm.to(tl.int64)[:, None] * stride_ym + rn[None, :],
-        y.to(y_ptr.dtype.element_ty),
-        mask=mm[:, None] & nm[None, :],
+        y_ptr + rm.to(tl.int64)[:, None] * stride_ym + rn[None, :], y.to(y_ptr.dtype.element_ty), mask=omask
     )
 
 
 def gemv_triton(
-    x: torch.Tensor, weight: torch.Tensor, cfg: dict, out: torch.Tensor | None = None
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    cfg: dict,
+    out: torch.Tensor | None = None,
+    *,
+    norm_weight: torch.Tensor | None = None,
+    norm_eps: float = 0.0,
+    residual: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """x [M, K] (M <= GEMV_MAX_ROWS, K contiguous), weight [N, K] (K contiguous) -> [M, N] in x's dtype.
+    """x [M, K] (M <= GEMV_MAX_ROWS, K contiguous), weight [N, K] (K contiguous) -> [M, N] in x's dtype:
+    ``[residual +] rms_norm(x, norm_weight, norm_eps) W^T`` (the norm without ``norm_weight``). With a
+    residual [M, N] (N contiguous) and no ``out``, the result is written into the residual and returned.
     cfg: BLOCK_N, BLOCK_K (for one row; divided by M's next power of two), num_warps."""
     M, K = x.shape
     N = weight.shape[0]
@@ -75,8 +113,14 @@ def gemv_triton(
         raise ValueError(
             f"gemv_triton takes at most {GEMV_MAX_ROWS} K-contiguous rows, got x {tuple(x.shape)}"
         )
+    if residual is not None and (residual.shape != (M, N) or residual.stride(1) != 1):
+        raise ValueError(
+            f"the residual must be [{M}, {N}] with unit column stride, got {tuple(residual.shape)}"
+        )
+    if norm_weight is not None and norm_weight.shape != (K,):
+        raise ValueError(f"norm_weight must be [{K}], got {tuple(norm_weight.shape)}")
     if out is None:
-        out = torch.empty((M, N), dtype=x.dtype, device=x.device)
+        out = residual if residual is not None else torch.empty((M, N), dtype=x.dtype, device=x.device)
     if M == 0:
         return out
     block_m = triton.next_power_of_2(M)
@@ -85,15 +129,21 @@ def gemv_triton(
         x,
         weight,
         out,
+        norm_weight if norm_weight is not None else x,
+        residual if residual is not None else out,
         M,
         N,
         K,
         x.stride(0),
         weight.stride(0),
         out.stride(0),
+        residual.stride(0) if residual is not None else 0,
+        norm_eps,
         BLOCK_M=block_m,
         BLOCK_N=cfg["BLOCK_N"],
         BLOCK_K=block_k,
+        HAS_NORM=norm_weight is not None,
+        HAS_RES=residual is not None,
         num_warps=cfg.get("num_warps", 4),
         **launch_options(x),
     )

@@ -28,10 +28,18 @@ def fused_moe(
     shared_gate_up: torch.Tensor | None = None,
     shared_down: torch.Tensor | None = None,
     shared_expert_gate: torch.Tensor | None = None,
+    *,
+    norm_weight: torch.Tensor | None = None,
+    norm_eps: float = 0.0,
+    residual: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """x: [..., H] -> [..., H] in x's dtype (the contract of ``fused_moe_reference``)."""
+    """x: [..., H] -> [..., H] in x's dtype (the contract of ``fused_moe_reference``: the block's pre-norm
+    and, with a residual, the residual add in place, the residual returned)."""
+    if residual is not None and residual.shape != x.shape:
+        raise ValueError(f"residual {tuple(residual.shape)} must have x's shape {tuple(x.shape)}")
     if (
         triton_enabled(x, gate_weight, w_gate_up, w_down)
+        and (residual is None or residual.is_contiguous())
         and x.dtype in _DTYPES
         and w_gate_up.dtype == x.dtype
         and w_down.dtype == x.dtype
@@ -50,10 +58,23 @@ def fused_moe(
             shared_gate_up,
             shared_down,
             shared_expert_gate,
+            norm_weight=norm_weight,
+            norm_eps=norm_eps,
+            residual=residual.view(-1, shape[-1]) if residual is not None else None,
         )
-        return out.reshape(shape)
+        return residual if residual is not None else out.reshape(shape)
     return fused_moe_reference(
-        x, gate_weight, w_gate_up, w_down, top_k, shared_gate_up, shared_down, shared_expert_gate
+        x,
+        gate_weight,
+        w_gate_up,
+        w_down,
+        top_k,
+        shared_gate_up,
+        shared_down,
+        shared_expert_gate,
+        norm_weight=norm_weight,
+        norm_eps=norm_eps,
+        residual=residual,
     )
 
 

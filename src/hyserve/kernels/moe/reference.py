@@ -4,6 +4,7 @@ import torch
 import torch.nn.functional as F
 
 from hyserve.kernels.activation.reference import silu_and_mul_reference
+from hyserve.kernels.rmsnorm.reference import rms_norm_reference
 
 
 def route_reference(
@@ -28,9 +29,17 @@ def fused_moe_reference(
     shared_gate_up: torch.Tensor | None = None,
     shared_down: torch.Tensor | None = None,
     shared_expert_gate: torch.Tensor | None = None,
+    *,
+    norm_weight: torch.Tensor | None = None,
+    norm_eps: float = 0.0,
+    residual: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """x: [T, H] -> [T, H]. Each expert runs on the tokens routed to it (in x's dtype); the weighted
-    sum over experts accumulates in fp32."""
+    sum over experts accumulates in fp32. With ``norm_weight`` the block's input is
+    ``rms_norm_reference(x, norm_weight, norm_eps)`` (the decoder layer's pre-norm); with ``residual``
+    ([T, H]) the output is added to it in place (in its dtype) and the residual is returned."""
+    if norm_weight is not None:
+        x = rms_norm_reference(x, norm_weight, norm_eps)
     weights, ids = route_reference(x, gate_weight, top_k)
     out = torch.zeros(x.shape, dtype=torch.float32, device=x.device)
     for expert in ids.unique().tolist():
@@ -43,4 +52,4 @@ def fused_moe_reference(
         if shared_expert_gate is not None:
             shared = torch.sigmoid(F.linear(x, shared_expert_gate)) * shared
         out += shared.float()
-    return out.to(x.dtype)
+    return out.to(x.dtype) if residual is None else residual.add_(out.to(x.dtype))

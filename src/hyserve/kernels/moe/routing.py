@@ -337,9 +337,8 @@ def _router_weights(g_rows, k, km, emask, USE_DOT: tl.constexpr):
 
 
 @triton.jit
-def _router_acc(acc, x_rows, rmask, k, km, wt, USE_DOT: tl.constexpr, DOT_PREC: tl.constexpr):
-    """acc [TP, BE] += x[:, k] @ the weight tile of ``_router_weights``."""
-    xt = tl.load(x_rows[:, None] + k[None, :], mask=rmask[:, None] & km[None, :], other=0.0)
+def _router_acc(acc, xt, wt, USE_DOT: tl.constexpr, DOT_PREC: tl.constexpr):
+    """acc [TP, BE] += xt [TP, BK] @ the weight tile of ``_router_weights``."""
     if USE_DOT:
         acc = tl.dot(xt, wt, acc, input_precision=DOT_PREC)
     else:
@@ -347,10 +346,26 @@ def _router_acc(acc, x_rows, rmask, k, km, wt, USE_DOT: tl.constexpr, DOT_PREC: 
     return acc
 
 
+@triton.jit
+def _router_x(rmask, k, km, xt, rstd, nw_ptr, xn_rows, owner, HAS_NORM: tl.constexpr):
+    """The x tile [TP, BK] of columns k (``xt``: already loaded), RMS-normalised with the norm: rounded to
+    x's dtype like ``rms_norm``'s output, and stored to xn by the program ``owner``."""
+    if HAS_NORM:
+        g = 1.0 + tl.load(nw_ptr + k, mask=km, other=0.0).to(tl.float32)
+        xt = (xt.to(tl.float32) * rstd[:, None] * g[None, :]).to(xt.dtype)
+        mine = km & (k * 0 + owner == tl.program_id(0))
+        tl.store(xn_rows[:, None] + k[None, :], xt, mask=rmask[:, None] & mine[None, :])
+    return xt
+
+
 @triton.jit(do_not_specialize=["T", "MAXB"])
 def _router_route_kernel(
     x_ptr,
     stride_xt,
+    nw_ptr,
+    xn_ptr,
+    stride_xnt,
+    eps,
     gw_ptr,
     stride_ge,
     scratch_ptr,
@@ -375,9 +390,14 @@ def _router_route_kernel(
     USE_DOT: tl.constexpr,
     DOT_PREC: tl.constexpr,
     GROUP: tl.constexpr,
+    HAS_NORM: tl.constexpr,
     USE_PDL: tl.constexpr,
 ):
     """Grid (cdiv(E, BE),): the router GEMV fused with the small routing (decode, one launch).
+
+    With HAS_NORM, x is the residual stream and the router's input is its RMSNorm (``nw``: the layer's
+    zero-centred norm weight), which every program computes (one more pass over x, one load at T = 1 where
+    a tile spans H) and the programs store to ``xn`` for the expert kernels, tile t by program t mod grid.
 
     Program p computes the logits of experts [p*BE, (p+1)*BE) for all T tokens (fp32 accumulation,
     rounded through x's dtype like ``F.linear``) into ``scratch [TP, EP]`` fp32, then takes a ticket
@@ -396,13 +416,28 @@ def _router_route_kernel(
     g_rows = gw_ptr + ee.to(tl.int64) * stride_ge
     wt = _router_weights(g_rows, kk, kk < H, emask, USE_DOT)
     wait_for_previous(USE_PDL)
+    xmask = rmask[:, None] & (kk < H)[None, :]
+    x0 = tl.load(x_rows[:, None] + kk[None, :], mask=xmask, other=0.0)
+    rstd = tl.zeros((TP,), dtype=tl.float32)
+    if HAS_NORM:
+        ss = tl.sum(x0.to(tl.float32) * x0.to(tl.float32), axis=1)
+        for k0 in range(BK, H, BK):
+            k = k0 + kk
+            xt = tl.load(x_rows[:, None] + k[None, :], mask=rmask[:, None] & (k < H)[None, :], other=0.0)
+            ss += tl.sum(xt.to(tl.float32) * xt.to(tl.float32), axis=1)
+        rstd = 1.0 / tl.sqrt(ss / H + eps)
+    nprog = tl.num_programs(0)
+    xn_rows = xn_ptr + rows.to(tl.int64) * stride_xnt
+    xt = _router_x(rmask, kk, kk < H, x0, rstd, nw_ptr, xn_rows, 0, HAS_NORM)
     acc = tl.zeros((TP, BE), dtype=tl.float32)
-    acc = _router_acc(acc, x_rows, rmask, kk, kk < H, wt, USE_DOT, DOT_PREC)
+    acc = _router_acc(acc, xt, wt, USE_DOT, DOT_PREC)
     for k0 in range(BK, H, BK):
         k = k0 + kk
         km = k < H
         wt = _router_weights(g_rows, k, km, emask, USE_DOT)
-        acc = _router_acc(acc, x_rows, rmask, k, km, wt, USE_DOT, DOT_PREC)
+        xt = tl.load(x_rows[:, None] + k[None, :], mask=rmask[:, None] & km[None, :], other=0.0)
+        xt = _router_x(rmask, k, km, xt, rstd, nw_ptr, xn_rows, (k0 // BK) % nprog, HAS_NORM)
+        acc = _router_acc(acc, xt, wt, USE_DOT, DOT_PREC)
     acc = acc.to(x_ptr.dtype.element_ty).to(tl.float32)
     tl.store(scratch_ptr + rows[:, None] * EP + ee[None, :], acc, mask=rmask[:, None] & emask[None, :])
     tl.debug_barrier()
@@ -551,6 +586,7 @@ class Routing:
     meta: torch.Tensor  # [3*max_blocks + 1] int32
     max_blocks: int
     block_m: int
+    normed_x: torch.Tensor | None = None  # [T, H] the fused router's RMS-normalised x (with a norm)
 
 
 def max_blocks(T: int, E: int, k: int, block_m: int, with_shared: bool) -> int:
@@ -624,19 +660,32 @@ def small_routing(T: int, E: int, top_k: int) -> bool:
 
 
 def route_and_align_fused(
-    x: torch.Tensor, gate_weight: torch.Tensor, top_k: int, block_m: int, with_shared: bool
+    x: torch.Tensor,
+    gate_weight: torch.Tensor,
+    top_k: int,
+    block_m: int,
+    with_shared: bool,
+    norm_weight: torch.Tensor | None = None,
+    norm_eps: float = 0.0,
 ) -> Routing:
-    """Router GEMV + routing + grouping in one launch (``_router_route_kernel``); needs small_routing."""
-    return _router_route(x, gate_weight, top_k, block_m, with_shared, group=True)
+    """Router GEMV + routing + grouping in one launch (``_router_route_kernel``); needs small_routing.
+    With ``norm_weight`` the router's input is ``rms_norm(x)``, returned as ``normed_x``."""
+    return _router_route(x, gate_weight, top_k, block_m, with_shared, True, None, norm_weight, norm_eps)
 
 
 def route_topk_fused(
-    x: torch.Tensor, gate_weight: torch.Tensor, top_k: int, block_e: int | None = None
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Router GEMV + softmax/top-k in one launch, no grouping: (topk_ids [T, k] int32, topk_weights [T, k]
-    fp32), as ``route_topk`` gives from logits. ``block_e``: experts per program (grid E/block_e)."""
-    rt = _router_route(x, gate_weight, top_k, 16, False, group=False, block_e=block_e)
-    return rt.topk_ids, rt.topk_weights
+    x: torch.Tensor,
+    gate_weight: torch.Tensor,
+    top_k: int,
+    block_e: int | None = None,
+    norm_weight: torch.Tensor | None = None,
+    norm_eps: float = 0.0,
+) -> Routing:
+    """Router GEMV + softmax/top-k in one launch, no grouping: ``topk_ids [T, k]`` int32 and
+    ``topk_weights [T, k]`` fp32 as ``route_topk`` gives from logits (the other fields unused).
+    ``block_e``: experts per program (grid E/block_e). With ``norm_weight`` the router's input is
+    ``rms_norm(x)``, returned as ``normed_x``."""
+    return _router_route(x, gate_weight, top_k, 16, False, False, block_e, norm_weight, norm_eps)
 
 
 def _router_route(
@@ -647,11 +696,14 @@ def _router_route(
     with_shared: bool,
     group: bool,
     block_e: int | None = None,
+    norm_weight: torch.Tensor | None = None,
+    norm_eps: float = 0.0,
 ) -> Routing:
     T, H = x.shape
     E = gate_weight.shape[0]
     dev = x.device
     assert small_routing(T, E, top_k) and x.stride(1) == 1 and gate_weight.stride(1) == 1
+    xn = empty((T, H), x.dtype, dev) if norm_weight is not None else None
     EP = triton.next_power_of_2(E)
     KP = triton.next_power_of_2(top_k)
     TP = triton.next_power_of_2(T)
@@ -673,6 +725,10 @@ def _router_route(
         (triton.cdiv(E, be),),
         x,
         x.stride(0),
+        norm_weight if norm_weight is not None else x,
+        xn if xn is not None else x,
+        xn.stride(0) if xn is not None else 0,
+        norm_eps,
         gate_weight,
         gate_weight.stride(0),
         scratch,
@@ -697,9 +753,10 @@ def _router_route(
         USE_DOT=use_dot,
         DOT_PREC="ieee" if x.dtype == torch.float32 else "tf32",
         GROUP=group,
+        HAS_NORM=norm_weight is not None,
         num_warps=8 if TP * EP >= 4096 else 4,
     )
-    return Routing(ids, w, sorted_pairs, meta, mb, block_m)
+    return Routing(ids, w, sorted_pairs, meta, mb, block_m, xn)
 
 
 def route_and_align(

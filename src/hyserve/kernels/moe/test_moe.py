@@ -221,7 +221,9 @@ def test_route_topk_fused(block_e: int | None) -> None:
     from hyserve.kernels.moe import routing
 
     d = make_inputs(3, **SMALL, seed=11)
-    ids, w = routing.route_topk_fused(d["x"], d["gate_weight"], 3, block_e)
+    rt = routing.route_topk_fused(d["x"], d["gate_weight"], 3, block_e)
+    ids, w = rt.topk_ids, rt.topk_weights
+    assert rt.normed_x is None
     assert int(routing._counter(d["x"].device).item()) == 0
     w_ref, ids_ref = route_reference(d["x"], d["gate_weight"], 3)
     assert torch.equal(ids.long(), ids_ref)
@@ -281,6 +283,56 @@ def test_triton_paths_vs_reference(T: int, path: str) -> None:
     )
     assert not out.isnan().any()
     assert max_rel_err(out, ref) < 1e-5
+
+
+@pytest.mark.parametrize("T", [1, 5])
+@pytest.mark.parametrize("path", [*PATHS, "shared_other_width", "chunked"])
+def test_triton_paths_with_norm_and_residual(T: int, path: str, monkeypatch) -> None:
+    """The decoder layer's call: ``residual += MoE(rms_norm(residual))``, the norm inside the fused router (which
+    stores the normed x for the experts) or a separate kernel, the add in the down (or sum) kernel."""
+    from hyserve.kernels.moe import triton_moe
+
+    d = make_inputs(T, **SMALL, shared_i=24 if path == "shared_other_width" else None, seed=300 + T)
+    gen = torch.Generator().manual_seed(T)
+    norm_w = (torch.randn(SMALL["H"], generator=gen) * 0.3).to(DEV)
+    x = (d["x"] * 3.0 + 0.5).contiguous()  # not unit RMS: the norm has work to do
+    top_k = 3
+    if path == "chunked":
+        monkeypatch.setattr(triton_moe, "PREFILL_CHUNK", 2)
+        plan, force_large = small_plan(16, "reduce"), False
+    elif path == "shared_other_width":
+        plan, force_large = pairs_plan(fused_router=True), False
+    else:
+        plan, force_large = PATHS[path](T)
+    args = [d[k] for k in ("gate_weight", "w_gate_up", "w_down")]
+    extra = [d[k] for k in ("shared_gate_up", "shared_down", "shared_expert_gate")]
+    residual = x.clone()
+    got = triton_moe.fused_moe_triton(
+        residual, *args, top_k, *extra, plan=plan, force_large_routing=force_large,
+        norm_weight=norm_w, norm_eps=1e-6, residual=residual,
+    )  # fmt: skip
+    want = fused_moe_reference(x, *args, top_k, *extra, norm_weight=norm_w, norm_eps=1e-6, residual=x.clone())
+    assert got is residual and not got.isnan().any()
+    assert max_rel_err(got - x, want - x) < 1e-5  # the MoE's part of the sum, to the reference's precision
+
+
+def test_fused_router_stores_the_normed_x() -> None:
+    from hyserve.kernels.moe import routing
+    from hyserve.kernels.rmsnorm.reference import rms_norm_reference
+
+    for T, H, block_e in (
+        (1, 48, 4),
+        (3, 200, 8),
+    ):  # one tile of H, and several (BK = 64 at T = 3, 8 experts)
+        d = make_inputs(T, E=8, H=H, I=40, device=DEV, seed=T)
+        norm_w = torch.randn(H, generator=torch.Generator().manual_seed(1)).to(DEV) * 0.3
+        x = d["x"] * 2.0
+        rt = routing.route_topk_fused(x, d["gate_weight"], 3, block_e, norm_w, 1e-6)
+        xn = rms_norm_reference(x, norm_w, 1e-6)
+        torch.testing.assert_close(rt.normed_x, xn, rtol=1e-5, atol=1e-6)
+        w_ref, ids_ref = route_reference(xn, d["gate_weight"], 3)
+        assert torch.equal(rt.topk_ids.long(), ids_ref)
+        torch.testing.assert_close(rt.topk_weights, w_ref.float(), rtol=1e-5, atol=1e-6)
 
 
 @pytest.mark.parametrize(

@@ -58,6 +58,7 @@ def _down_reduce_kernel(
     EVEN: tl.constexpr,
     USE_DOT: tl.constexpr,
     DOT_PREC: tl.constexpr,
+    ADD_OUT: tl.constexpr,
     USE_PDL: tl.constexpr,
 ):
     wait_for_previous(USE_PDL)
@@ -113,11 +114,11 @@ def _down_reduce_kernel(
                 y += tl.sum(ht.to(tl.float32)[:, None, :] * wt.to(tl.float32)[None, :, :], axis=2)
             yt = y.to(h_ptr.dtype.element_ty).to(tl.float32)
             acc += tl.sum(tl.where(onehot[:, :, None], yt[None, :, :], 0.0), axis=1)
-    tl.store(
-        out_ptr + tp[:, None].to(tl.int64) * stride_ot + hh[None, :],
-        acc.to(out_ptr.dtype.element_ty),
-        mask=(tp < T)[:, None] & hmask[None, :],
-    )
+    o_ptrs = out_ptr + tp[:, None].to(tl.int64) * stride_ot + hh[None, :]
+    omask = (tp < T)[:, None] & hmask[None, :]
+    if ADD_OUT:  # out is the residual stream: out += the MoE output, in fp32 before the one cast
+        acc += tl.load(o_ptrs, mask=omask, other=0.0).to(tl.float32)
+    tl.store(o_ptrs, acc.to(out_ptr.dtype.element_ty), mask=omask)
 
 
 MAX_REDUCE_TOKENS = 128
@@ -135,8 +136,10 @@ def down_reduce(
     k_top: int,
     cfg: dict,
     out: torch.Tensor | None = None,
+    add_out: bool = False,
 ) -> torch.Tensor:
-    """h [N + T, I] -> out [T, H] (see the module docstring). cfg: BLOCK_H, BLOCK_K, num_warps, num_stages."""
+    """h [N + T, I] -> out [T, H] (see the module docstring); with ``add_out`` the result is added to out's
+    contents (the residual stream). cfg: BLOCK_H, BLOCK_K, num_warps, num_stages."""
     E, H, inter = w_down.shape
     assert T <= MAX_REDUCE_TOKENS and w_down.stride(2) == 1
     if out is None:
@@ -177,6 +180,7 @@ def down_reduce(
         EVEN=(inter % bk == 0) and (H % bh == 0),
         USE_DOT=use_dot,
         DOT_PREC=dot_precision(h.dtype),
+        ADD_OUT=add_out,
         num_warps=cfg.get("num_warps", 4),
         num_stages=cfg.get("num_stages", 3),
     )

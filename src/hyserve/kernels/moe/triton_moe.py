@@ -13,7 +13,9 @@ Pipeline per call (T tokens, k slots, E experts, the shared expert as "expert E"
 
 At T <= a few tokens the plan may pick ``"down_mode": "pairs"`` instead (``triton_pairs``: top-k only, then
 one gate_up and one down kernel over the (token, expert) pairs, no grouping). 3 launches at decode (4
-without the fused router), no host syncs (CUDA-graph safe), deterministic (no atomics). Tile plans come from
+without the fused router), no host syncs (CUDA-graph safe), deterministic (no atomics). The decoder layer's
+pre-norm runs inside the fused router on the pairs path (which stores the normed x for the experts), else as
+the Triton ``rms_norm`` first; its residual add runs in the down kernel's (or the sum kernel's) epilogue. Tile plans come from
 ``configs.get_plan`` (JSON per shape, by token bucket). T above PREFILL_CHUNK runs in chunks to bound
 the [T*(k+1), H] intermediate of the prefill path.
 
@@ -41,6 +43,7 @@ from hyserve.kernels.moe.triton_decode import MAX_REDUCE_TOKENS, down_reduce
 from hyserve.kernels.moe.triton_gate_up import gate_up
 from hyserve.kernels.moe.triton_pairs import down_pairs, gate_up_pairs
 from hyserve.kernels.moe.triton_prefill import down_scatter_sum
+from hyserve.kernels.rmsnorm import rms_norm
 
 PREFILL_CHUNK = 8192
 
@@ -57,12 +60,20 @@ def fused_moe_triton(
     plan: dict | None = None,
     force_large_routing: bool = False,
     out: torch.Tensor | None = None,
+    *,
+    norm_weight: torch.Tensor | None = None,
+    norm_eps: float = 0.0,
+    residual: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """x [T, H] -> [T, H] in x's dtype. ``plan`` overrides the tile plan (tests, tuning)."""
+    """x [T, H] -> [T, H] in x's dtype. ``plan`` overrides the tile plan (tests, tuning). With
+    ``norm_weight`` the block's input is ``rms_norm(x)`` (inside the fused router where the plan takes it);
+    with ``residual`` [T, H] (contiguous) the output is added to it in the down kernel and it is returned."""
     T, H = x.shape
     E, two_i, _ = w_gate_up.shape
     inter = two_i // 2
-    if out is None:
+    if residual is not None:
+        out = residual
+    elif out is None:
         out = torch.empty((T, H), dtype=x.dtype, device=x.device)
     if T == 0:
         return out
@@ -83,6 +94,9 @@ def fused_moe_triton(
                 plan,
                 force_large_routing,
                 out[t0:t1],
+                norm_weight=norm_weight,
+                norm_eps=norm_eps,
+                residual=residual[t0:t1] if residual is not None else None,
             )
         return out
     has_shared = shared_gate_up is not None and shared_down is not None
@@ -91,23 +105,35 @@ def fused_moe_triton(
         plan = get_plan(T, E, H, inter, top_k, x.dtype)
     sgu, sd = (shared_gate_up, shared_down) if fuse_shared else (None, None)
     sg = shared_expert_gate if fuse_shared else None
-    target = out if (fuse_shared or not has_shared) else None
+    # the kernels write (or add to, with a residual) out directly, unless a shared expert is left to add
+    direct = fuse_shared or not has_shared
+    target = out if direct else None
+    add_out = residual is not None and direct
+    fused_router = plan.get("fused_router") and small_routing(T, E, top_k) and not force_large_routing
+    if norm_weight is not None and not (fused_router and plan["down_mode"] == "pairs"):
+        x = rms_norm(x, norm_weight, norm_eps)
+        norm_weight = None
     if plan["down_mode"] == "pairs":
-        if plan.get("fused_router") and small_routing(T, E, top_k) and not force_large_routing:
-            ids, weights = route_topk_fused(x, gate_weight, top_k, plan.get("router_be"))
+        if fused_router:
+            rt = route_topk_fused(x, gate_weight, top_k, plan.get("router_be"), norm_weight, norm_eps)
+            ids, weights = rt.topk_ids, rt.topk_weights
+            x = rt.normed_x if norm_weight is not None else x
         else:
             ids, weights = route_topk(F.linear(x, gate_weight), top_k, x.dtype)
         h = gate_up_pairs(x, w_gate_up, sgu, sg, ids, weights, plan["gate_up"])
-        res = down_pairs(h, w_down, sd, ids, plan["down"], out=target)
+        res = down_pairs(h, w_down, sd, ids, plan["down"], out=target, add_out=add_out)
     else:
         res = _grouped(
-            x, gate_weight, w_gate_up, w_down, top_k, sgu, sd, sg, plan, force_large_routing, target
+            x, gate_weight, w_gate_up, w_down, top_k, sgu, sd, sg, plan, force_large_routing, target, add_out
         )
-    if has_shared and not fuse_shared:  # a shared expert of another width: plain torch, added in fp32
+    if not direct:  # a shared expert of another width: plain torch, added in fp32
         shared = F.linear(silu_and_mul_reference(F.linear(x, shared_gate_up)), shared_down)
         if shared_expert_gate is not None:
             shared = torch.sigmoid(F.linear(x, shared_expert_gate)) * shared
-        out.copy_(res.float() + shared.float())
+        total = res.float() + shared.float()
+        if residual is not None:
+            total = residual.float() + total.to(x.dtype).float()
+        out.copy_(total)
     return out
 
 
@@ -123,6 +149,7 @@ def _grouped(
     plan: dict,
     force_large_routing: bool,
     out: torch.Tensor | None,
+    add_out: bool,
 ) -> torch.Tensor:
     """Routing + grouping by expert, grouped gate_up, then the "reduce" or "scatter" down kernels."""
     T, E = x.shape[0], gate_weight.shape[0]
@@ -150,6 +177,5 @@ def _grouped(
         plan["gate_up"],
     )
     down = down_reduce if reduce else down_scatter_sum
-    return down(
-        h, w_down, shared_down, rt.sorted_pairs, rt.meta, rt.max_blocks, bm, T, top_k, plan["down"], out=out
-    )
+    args = (h, w_down, shared_down, rt.sorted_pairs, rt.meta, rt.max_blocks, bm, T, top_k, plan["down"])
+    return down(*args, out=out, add_out=add_out)

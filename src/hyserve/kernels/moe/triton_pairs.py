@@ -128,6 +128,7 @@ def _down_pairs_kernel(
     BLOCK_H: tl.constexpr,
     BLOCK_I: tl.constexpr,
     HAS_SHARED: tl.constexpr,
+    ADD_OUT: tl.constexpr,
     USE_PDL: tl.constexpr,
 ):
     """Grid (cdiv(H, BLOCK_H), T). The expert ids come from the routing, two launches back (the gate_up
@@ -167,7 +168,10 @@ def _down_pairs_kernel(
     y = tl.sum(tl.sum(acc, axis=2), axis=0)
     if HAS_SHARED:
         y += tl.sum(acc_s, axis=1)
-    tl.store(out_ptr + t.to(tl.int64) * stride_ot + hh, y.to(out_ptr.dtype.element_ty), mask=hm)
+    o_ptrs = out_ptr + t.to(tl.int64) * stride_ot + hh
+    if ADD_OUT:  # out is the residual stream: out += the MoE output, in fp32 before the one cast
+        y += tl.load(o_ptrs, mask=hm, other=0.0).to(tl.float32)
+    tl.store(o_ptrs, y.to(out_ptr.dtype.element_ty), mask=hm)
 
 
 def gate_up_pairs(
@@ -224,9 +228,11 @@ def down_pairs(
     topk_ids: torch.Tensor,
     cfg: dict,
     out: torch.Tensor | None = None,
+    add_out: bool = False,
 ) -> torch.Tensor:
-    """h [T*k + T, I] -> out [T, H] (the weighted sum over the k experts plus the shared expert).
-    cfg: BLOCK_H, BLOCK_I, num_warps."""
+    """h [T*k + T, I] -> out [T, H] (the weighted sum over the k experts plus the shared expert); with
+    ``add_out`` the result is added to out's contents (the residual stream). cfg: BLOCK_H, BLOCK_I,
+    num_warps."""
     T, k_top = topk_ids.shape
     E, H, inter = w_down.shape
     if out is None:
@@ -253,6 +259,7 @@ def down_pairs(
         BLOCK_H=cfg["BLOCK_H"],
         BLOCK_I=cfg["BLOCK_I"],
         HAS_SHARED=has_shared,
+        ADD_OUT=add_out,
         num_warps=cfg.get("num_warps", 4),
         num_stages=cfg.get("num_stages", 1),
     )

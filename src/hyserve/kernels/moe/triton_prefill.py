@@ -99,6 +99,7 @@ def _sum_kernel(
     HAS_SHARED: tl.constexpr,
     BLOCK_T: tl.constexpr,
     BLOCK_H: tl.constexpr,
+    ADD_OUT: tl.constexpr,
     USE_PDL: tl.constexpr,
 ):
     wait_for_previous(USE_PDL)
@@ -111,7 +112,10 @@ def _sum_kernel(
         acc += tl.load(y_ptr + (t64 * K_TOP + j)[:, None] * H + hh[None, :], mask=m, other=0.0).to(tl.float32)
     if HAS_SHARED:
         acc += tl.load(y_ptr + (N + t64)[:, None] * H + hh[None, :], mask=m, other=0.0).to(tl.float32)
-    tl.store(out_ptr + t64[:, None] * stride_ot + hh[None, :], acc.to(out_ptr.dtype.element_ty), mask=m)
+    o_ptrs = out_ptr + t64[:, None] * stride_ot + hh[None, :]
+    if ADD_OUT:  # out is the residual stream: out += the MoE output, in fp32 before the one cast
+        acc += tl.load(o_ptrs, mask=m, other=0.0).to(tl.float32)
+    tl.store(o_ptrs, acc.to(out_ptr.dtype.element_ty), mask=m)
 
 
 def down_scatter_sum(
@@ -126,8 +130,10 @@ def down_scatter_sum(
     k_top: int,
     cfg: dict,
     out: torch.Tensor | None = None,
+    add_out: bool = False,
 ) -> torch.Tensor:
-    """h [N + T, I] -> out [T, H]. cfg: BLOCK_H, BLOCK_K, num_warps, num_stages."""
+    """h [N + T, I] -> out [T, H]; with ``add_out`` the result is added to out's contents (the residual
+    stream). cfg: BLOCK_H, BLOCK_K, num_warps, num_stages."""
     E, H, inter = w_down.shape
     assert w_down.stride(2) == 1 and block_m >= 16
     n = T * k_top
@@ -182,6 +188,7 @@ def down_scatter_sum(
         HAS_SHARED=has_shared,
         BLOCK_T=bt,
         BLOCK_H=bhs,
+        ADD_OUT=add_out,
         num_warps=4 if big else 2,
     )
     return out

@@ -194,7 +194,8 @@ def topk_pairs(layer: dict, x: torch.Tensor, block_e: int | None = None):
     from hyserve.kernels.moe.routing import route_topk, route_topk_fused
 
     if block_e:
-        return route_topk_fused(x, layer["gate_weight"], TOP_K, block_e)
+        rt = route_topk_fused(x, layer["gate_weight"], TOP_K, block_e)
+        return rt.topk_ids, rt.topk_weights
     return route_topk(F.linear(x, layer["gate_weight"]), TOP_K, x.dtype)
 
 
