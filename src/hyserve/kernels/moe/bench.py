@@ -6,7 +6,10 @@ Per T: the Triton op captured in a CUDA graph (how the engine runs decode; ``tri
 median, L2 flushed before every replay), the bytes that must move (distinct routed experts actually
 touched x expert bytes + the shared expert + the router + x and out), GB/s and % of 4.0 TB/s, TFLOP/s
 and % of 728 (2 * T * ((k+1) * 3HI + EH) flops), and the eager torch reference for comparison.
-``--breakdown`` adds the per-stage times (router GEMV, routing/grouping, gate_up, down) of the eager
+``--pairs`` times the few-token kernels (``triton_pairs``) alone at T=1 for tile and ``num_stages`` variants:
+a graph of one launch per layer over ``PAIRS_LAYERS`` layers of weights (so nothing is L2-resident and launch
+overheads overlap as in the decode step), microseconds per launch and % of the bytes' floor, outputs checked
+against the first variant. ``--breakdown`` adds the per-stage times (router GEMV, routing/grouping, gate_up, down) of the eager
 pipeline. ``--routing`` times only the routing variants per T (graph-replayed, microseconds): one program,
 split top-k (tokens per program 1/2/4/8; pairs per ranking program GROUP_CHUNK, or 32/128/1024), the
 three-kernel large path. Inputs: realistic router (N(0, 1/H) weights on RMS-normalised x), fresh random weights.
@@ -135,6 +138,55 @@ def stage_times(x: torch.Tensor, layer: dict, top_k: int) -> dict[str, float]:
     }
 
 
+PAIRS_LAYERS = 8
+PAIRS_GATE_UP = (
+    [{"BLOCK_I": 4, "BLOCK_K": 256, "num_warps": 4, "num_stages": s} for s in (1, 2, 3, 4)]
+    + [{"BLOCK_I": 8, "BLOCK_K": 256, "num_warps": 4, "num_stages": s} for s in (1, 3)]
+    + [{"BLOCK_I": 4, "BLOCK_K": 512, "num_warps": 4, "num_stages": s} for s in (1, 3)]
+)
+PAIRS_DOWN = [{"BLOCK_H": 4, "BLOCK_I": 128, "num_warps": 4, "num_stages": s} for s in (1, 2, 3, 4)] + [
+    {"BLOCK_H": 2, "BLOCK_I": 128, "num_warps": 4, "num_stages": s} for s in (1, 3)
+]
+
+
+def pairs_times(top_k: int = 8) -> list[tuple[str, dict, float, float, float]]:
+    """(kernel, cfg, us per launch, % of its bytes' floor at 4.0 TB/s, max |diff| vs the first cfg) at T=1."""
+    from hyserve.kernels.moe.routing import route_topk
+    from hyserve.kernels.moe.triton_pairs import down_pairs, gate_up_pairs
+
+    layers = [make_layer(seed=i) for i in range(PAIRS_LAYERS)]
+    E, two_i, H = layers[0]["w_gate_up"].shape
+    x = make_x(1, H)
+    routes = [route_topk(F.linear(x, lay["gate_weight"]), top_k, x.dtype) for lay in layers]
+    expert_bytes = H * two_i * x.element_size()  # one expert's gate_up (the down has half)
+
+    def gate_up(lay, route, cfg):
+        return gate_up_pairs(
+            x, lay["w_gate_up"], lay["shared_gate_up"], lay["shared_expert_gate"], *route, cfg
+        )
+
+    hs = [gate_up(lay, r, PAIRS_GATE_UP[0]) for lay, r in zip(layers, routes)]
+    out = []
+    for kind, cfgs in (("gate_up", PAIRS_GATE_UP), ("down", PAIRS_DOWN)):
+        nbytes = (top_k + 1) * expert_bytes // (1 if kind == "gate_up" else 2)
+        first = None
+        for cfg in cfgs:
+            if kind == "gate_up":
+                fn = lambda cfg=cfg: [gate_up(lay, r, cfg) for lay, r in zip(layers, routes)]  # noqa: E731
+            else:
+                fn = lambda cfg=cfg: [  # noqa: E731
+                    down_pairs(h, lay["w_down"], lay["shared_down"], r[0], cfg)
+                    for lay, r, h in zip(layers, routes, hs)
+                ]
+            res = fn()[0].clone()
+            first = res if first is None else first
+            diff = (res.float() - first.float()).abs().max().item()
+            us = time_ms(fn, graph=True) * 1e3 / PAIRS_LAYERS
+            out.append((kind, cfg, us, 100 * nbytes / (us * 1e-6) / HBM_BPS, diff))
+            print(f"{kind:8s} {cfg} {us:7.2f} us {out[-1][3]:5.1f}% diff {diff:.2e}", flush=True)
+    return out
+
+
 ROUTING_T = (8, 16, 24, 32, 48, 64)
 
 
@@ -243,8 +295,12 @@ def main() -> None:
     ap.add_argument("--no-ref", action="store_true")
     ap.add_argument("--breakdown", action="store_true")
     ap.add_argument("--routing", action="store_true", help="time the routing variants only (us, nan: wrong)")
+    ap.add_argument("--pairs", action="store_true", help="time the T=1 pairs kernels' tile/stage variants")
     a = ap.parse_args()
     assert torch.cuda.is_available(), "the benchmark needs the GPU"
+    if a.pairs:
+        pairs_times()
+        return
     if a.routing:
         for T in (
             ROUTING_T
