@@ -30,13 +30,13 @@ from hyserve.kernels.pdl import launch_options, wait_for_previous
 
 
 @triton.jit
-def _gemv_tile(acc, ss, w, x_rows, g_ptr, k, km, mm, HAS_NORM: tl.constexpr):
-    """acc [BLOCK_M, BLOCK_N, BLOCK_K] += x[:, k] (times 1 + g[k] with the norm) * the W tile w;
-    ss [BLOCK_M, BLOCK_K] += x[:, k]^2."""
+def _gemv_tile(acc, ss, w, g, x_rows, k, km, mm, HAS_NORM: tl.constexpr):
+    """acc [BLOCK_M, BLOCK_N, BLOCK_K] += x[:, k] (times 1 + g, the norm weight's tile, with the norm) * the
+    W tile w; ss [BLOCK_M, BLOCK_K] += x[:, k]^2."""
     x = tl.load(x_rows + k[None, :], mask=mm[:, None] & km[None, :], other=0.0).to(tl.float32)
     if HAS_NORM:
         ss += x * x
-        x = x * (1.0 + tl.load(g_ptr + k, mask=km, other=0.0).to(tl.float32))[None, :]
+        x = x * (1.0 + g.to(tl.float32))[None, :]
     acc += x[:, None, :] * w.to(tl.float32)[None, :, :]
     return acc, ss
 
@@ -71,23 +71,28 @@ def _gemv_kernel(
     kk = tl.arange(0, BLOCK_K)
     w_rows = w_ptr + rn.to(tl.int64)[:, None] * stride_wn
     x_rows = x_ptr + rm.to(tl.int64)[:, None] * stride_xm
-    # W is no kernel's output: its first tile streams in while the previous kernel finishes (kernels/pdl.py)
+    # W and the norm weight are no kernel's output: their first tiles stream in while the previous kernel
+    # finishes (kernels/pdl.py); the residual, an output, loads right after the wait, off the tail
     w = tl.load(w_rows + kk[None, :], mask=nm[:, None] & (kk < K)[None, :], other=0.0)
+    g = tl.load(g_ptr + kk, mask=kk < K, other=0.0) if HAS_NORM else None
     wait_for_previous(USE_PDL)
+    omask = mm[:, None] & nm[None, :]
+    r = 0.0
+    if HAS_RES:
+        r = tl.load(r_ptr + rm.to(tl.int64)[:, None] * stride_rm + rn[None, :], mask=omask).to(tl.float32)
     acc = tl.zeros((BLOCK_M, BLOCK_N, BLOCK_K), dtype=tl.float32)
     ss = tl.zeros((BLOCK_M, BLOCK_K), dtype=tl.float32)  # the rows' sums of squares (HAS_NORM)
-    acc, ss = _gemv_tile(acc, ss, w, x_rows, g_ptr, kk, kk < K, mm, HAS_NORM)
+    acc, ss = _gemv_tile(acc, ss, w, g, x_rows, kk, kk < K, mm, HAS_NORM)
     for k0 in range(BLOCK_K, K, BLOCK_K):
         k = k0 + kk
         km = k < K
         w = tl.load(w_rows + k[None, :], mask=nm[:, None] & km[None, :], other=0.0)
-        acc, ss = _gemv_tile(acc, ss, w, x_rows, g_ptr, k, km, mm, HAS_NORM)
+        g = tl.load(g_ptr + k, mask=km, other=0.0) if HAS_NORM else None
+        acc, ss = _gemv_tile(acc, ss, w, g, x_rows, k, km, mm, HAS_NORM)
     y = tl.sum(acc, axis=2)
     if HAS_NORM:
         y = y / tl.sqrt(tl.sum(ss, axis=1) / K + eps)[:, None]
-    omask = mm[:, None] & nm[None, :]
-    if HAS_RES:
-        y += tl.load(r_ptr + rm.to(tl.int64)[:, None] * stride_rm + rn[None, :], mask=omask).to(tl.float32)
+    y += r
     tl.store(
         y_ptr + rm.to(tl.int64)[:, None] * stride_ym + rn[None, :], y.to(y_ptr.dtype.element_ty), mask=omask
     )

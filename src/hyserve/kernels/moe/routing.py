@@ -347,12 +347,12 @@ def _router_acc(acc, xt, wt, USE_DOT: tl.constexpr, DOT_PREC: tl.constexpr):
 
 
 @triton.jit
-def _router_x(rmask, k, km, xt, rstd, nw_ptr, xn_rows, owner, HAS_NORM: tl.constexpr):
-    """The x tile [TP, BK] of columns k (``xt``: already loaded), RMS-normalised with the norm: rounded to
-    x's dtype like ``rms_norm``'s output, and stored to xn by the program ``owner``."""
+def _router_x(rmask, k, km, xt, rstd, nw, xn_rows, owner, HAS_NORM: tl.constexpr):
+    """The x tile [TP, BK] of columns k (``xt``: already loaded), RMS-normalised with the norm (``nw``: the
+    norm weight's tile): rounded to x's dtype like ``rms_norm``'s output, and stored to xn by the program
+    ``owner``."""
     if HAS_NORM:
-        g = 1.0 + tl.load(nw_ptr + k, mask=km, other=0.0).to(tl.float32)
-        xt = (xt.to(tl.float32) * rstd[:, None] * g[None, :]).to(xt.dtype)
+        xt = (xt.to(tl.float32) * rstd[:, None] * (1.0 + nw.to(tl.float32))[None, :]).to(xt.dtype)
         mine = km & (k * 0 + owner == tl.program_id(0))
         tl.store(xn_rows[:, None] + k[None, :], xt, mask=rmask[:, None] & mine[None, :])
     return xt
@@ -415,6 +415,7 @@ def _router_route_kernel(
     x_rows = x_ptr + rows.to(tl.int64) * stride_xt
     g_rows = gw_ptr + ee.to(tl.int64) * stride_ge
     wt = _router_weights(g_rows, kk, kk < H, emask, USE_DOT)
+    nw = tl.load(nw_ptr + kk, mask=kk < H, other=0.0) if HAS_NORM else None
     wait_for_previous(USE_PDL)
     xmask = rmask[:, None] & (kk < H)[None, :]
     x0 = tl.load(x_rows[:, None] + kk[None, :], mask=xmask, other=0.0)
@@ -428,7 +429,7 @@ def _router_route_kernel(
         rstd = 1.0 / tl.sqrt(ss / H + eps)
     nprog = tl.num_programs(0)
     xn_rows = xn_ptr + rows.to(tl.int64) * stride_xnt
-    xt = _router_x(rmask, kk, kk < H, x0, rstd, nw_ptr, xn_rows, 0, HAS_NORM)
+    xt = _router_x(rmask, kk, kk < H, x0, rstd, nw, xn_rows, 0, HAS_NORM)
     acc = tl.zeros((TP, BE), dtype=tl.float32)
     acc = _router_acc(acc, xt, wt, USE_DOT, DOT_PREC)
     for k0 in range(BK, H, BK):
@@ -436,7 +437,8 @@ def _router_route_kernel(
         km = k < H
         wt = _router_weights(g_rows, k, km, emask, USE_DOT)
         xt = tl.load(x_rows[:, None] + k[None, :], mask=rmask[:, None] & km[None, :], other=0.0)
-        xt = _router_x(rmask, k, km, xt, rstd, nw_ptr, xn_rows, (k0 // BK) % nprog, HAS_NORM)
+        nw = tl.load(nw_ptr + k, mask=km, other=0.0) if HAS_NORM else None
+        xt = _router_x(rmask, k, km, xt, rstd, nw, xn_rows, (k0 // BK) % nprog, HAS_NORM)
         acc = _router_acc(acc, xt, wt, USE_DOT, DOT_PREC)
     acc = acc.to(x_ptr.dtype.element_ty).to(tl.float32)
     tl.store(scratch_ptr + rows[:, None] * EP + ee[None, :], acc, mask=rmask[:, None] & emask[None, :])

@@ -155,6 +155,10 @@ def _down_pairs_kernel(
     if HAS_SHARED:
         ws = tl.load(s_rows + ii[None, :], mask=hm[:, None] & im[None, :], other=0.0)
     wait_for_previous(USE_PDL)
+    o_ptrs = out_ptr + t.to(tl.int64) * stride_ot + hh
+    r = 0.0
+    if ADD_OUT:  # out is the residual stream: out += the MoE output, in fp32 before the one cast
+        r = tl.load(o_ptrs, mask=hm, other=0.0).to(tl.float32)
     acc = tl.zeros((KP, BLOCK_H, BLOCK_I), dtype=tl.float32)
     acc_s = tl.zeros((BLOCK_H, BLOCK_I), dtype=tl.float32)
     acc, acc_s = _down_tile(acc, acc_s, w, ws, h_rows, hs_row, ii, jm, im, HAS_SHARED)
@@ -168,10 +172,7 @@ def _down_pairs_kernel(
     y = tl.sum(tl.sum(acc, axis=2), axis=0)
     if HAS_SHARED:
         y += tl.sum(acc_s, axis=1)
-    o_ptrs = out_ptr + t.to(tl.int64) * stride_ot + hh
-    if ADD_OUT:  # out is the residual stream: out += the MoE output, in fp32 before the one cast
-        y += tl.load(o_ptrs, mask=hm, other=0.0).to(tl.float32)
-    tl.store(o_ptrs, y.to(out_ptr.dtype.element_ty), mask=hm)
+    tl.store(o_ptrs, (y + r).to(out_ptr.dtype.element_ty), mask=hm)
 
 
 def gate_up_pairs(
