@@ -27,6 +27,7 @@ elif [ "${PART}" = 3 ]; then  # after the first profile: norm/residual loads mov
     --prefill-graph-sizes none --batch 1,32 --steps 30 --no-warmup
     grep -h "== batch" $W/profile_$1.log; }
   TAILN=15 run pairs 120 python3 -m hyserve.kernels.moe.bench --pairs
+  TAILN=15 run pairs 120 python3 -m hyserve.kernels.moe.bench --pairs
   prof default HYSERVE_PDL=1
   prof nopdl HYSERVE_PDL=0
   sed -n '/== batch 1:/,/^$/p' $W/profile_nopdl.log | head -n 16

@@ -139,13 +139,29 @@ def stage_times(x: torch.Tensor, layer: dict, top_k: int) -> dict[str, float]:
 
 
 PAIRS_LAYERS = 8
-PAIRS_GATE_UP = (
-    [{"BLOCK_I": 4, "BLOCK_K": 256, "num_warps": 4, "num_stages": s} for s in (1, 2, 3, 4)]
-    + [{"BLOCK_I": 8, "BLOCK_K": 256, "num_warps": 4, "num_stages": s} for s in (1, 3)]
-    + [{"BLOCK_I": 4, "BLOCK_K": 512, "num_warps": 4, "num_stages": s} for s in (1, 3)]
-)
-PAIRS_DOWN = [{"BLOCK_H": 4, "BLOCK_I": 128, "num_warps": 4, "num_stages": s} for s in (1, 2, 3, 4)] + [
-    {"BLOCK_H": 2, "BLOCK_I": 128, "num_warps": 4, "num_stages": s} for s in (1, 3)
+PAIRS_GATE_UP = [  # the plan's first (BLOCK_I, BLOCK_K, num_warps), then neighbours (num_stages made no difference)
+    {"BLOCK_I": bi, "BLOCK_K": bk, "num_warps": nw}
+    for bi, bk, nw in (
+        (4, 256, 4),
+        (2, 256, 4),
+        (2, 512, 4),
+        (4, 128, 4),
+        (2, 128, 2),
+        (4, 256, 8),
+        (2, 1024, 8),
+    )
+]
+PAIRS_DOWN = [
+    {"BLOCK_H": bh, "BLOCK_I": bi, "num_warps": nw}
+    for bh, bi, nw in (
+        (4, 128, 4),
+        (2, 128, 4),
+        (2, 256, 4),
+        (1, 256, 4),
+        (1, 512, 4),
+        (2, 128, 2),
+        (1, 128, 2),
+    )
 ]
 
 
