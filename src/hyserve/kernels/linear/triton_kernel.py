@@ -74,7 +74,9 @@ def _gemv_kernel(
     # W and the norm weight are no kernel's output: their first tiles stream in while the previous kernel
     # finishes (kernels/pdl.py); the residual, an output, loads right after the wait, off the tail
     w = tl.load(w_rows + kk[None, :], mask=nm[:, None] & (kk < K)[None, :], other=0.0)
-    g = tl.load(g_ptr + kk, mask=kk < K, other=0.0) if HAS_NORM else None
+    g = tl.zeros((BLOCK_K,), dtype=tl.float32)
+    if HAS_NORM:
+        g = tl.load(g_ptr + kk, mask=kk < K, other=0.0)
     wait_for_previous(USE_PDL)
     omask = mm[:, None] & nm[None, :]
     r = 0.0
@@ -87,7 +89,8 @@ def _gemv_kernel(
         k = k0 + kk
         km = k < K
         w = tl.load(w_rows + k[None, :], mask=nm[:, None] & km[None, :], other=0.0)
-        g = tl.load(g_ptr + k, mask=km, other=0.0) if HAS_NORM else None
+        if HAS_NORM:
+            g = tl.load(g_ptr + k, mask=km, other=0.0)
         acc, ss = _gemv_tile(acc, ss, w, g, x_rows, k, km, mm, HAS_NORM)
     y = tl.sum(acc, axis=2)
     if HAS_NORM:

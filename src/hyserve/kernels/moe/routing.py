@@ -415,7 +415,9 @@ def _router_route_kernel(
     x_rows = x_ptr + rows.to(tl.int64) * stride_xt
     g_rows = gw_ptr + ee.to(tl.int64) * stride_ge
     wt = _router_weights(g_rows, kk, kk < H, emask, USE_DOT)
-    nw = tl.load(nw_ptr + kk, mask=kk < H, other=0.0) if HAS_NORM else None
+    nw = tl.zeros((BK,), dtype=tl.float32)
+    if HAS_NORM:
+        nw = tl.load(nw_ptr + kk, mask=kk < H, other=0.0)
     wait_for_previous(USE_PDL)
     xmask = rmask[:, None] & (kk < H)[None, :]
     x0 = tl.load(x_rows[:, None] + kk[None, :], mask=xmask, other=0.0)
@@ -437,7 +439,8 @@ def _router_route_kernel(
         km = k < H
         wt = _router_weights(g_rows, k, km, emask, USE_DOT)
         xt = tl.load(x_rows[:, None] + k[None, :], mask=rmask[:, None] & km[None, :], other=0.0)
-        nw = tl.load(nw_ptr + k, mask=km, other=0.0) if HAS_NORM else None
+        if HAS_NORM:
+            nw = tl.load(nw_ptr + k, mask=km, other=0.0)
         xt = _router_x(rmask, k, km, xt, rstd, nw, xn_rows, (k0 // BK) % nprog, HAS_NORM)
         acc = _router_acc(acc, xt, wt, USE_DOT, DOT_PREC)
     acc = acc.to(x_ptr.dtype.element_ty).to(tl.float32)

@@ -70,29 +70,30 @@ def _gate_up_pairs_kernel(
     u_rows = wbase + (ii + I).to(tl.int64)[:, None] * stride_n
     acc_g = tl.zeros((BLOCK_I, BLOCK_K), dtype=tl.float32)
     acc_u = tl.zeros((BLOCK_I, BLOCK_K), dtype=tl.float32)
-    # the shared expert's scalar gate x . shared_expert_gate, in the same pass (masked off elsewhere): a second
-    # loop of dependent loads made the shared expert's programs the kernel's tail
-    sacc = tl.zeros((BLOCK_K,), dtype=tl.float32)
     for k0 in range(0, H, BLOCK_K):
         k = k0 + kk
         km = k < H
-        xk = tl.load(x_row + k, mask=km, other=0.0).to(tl.float32)
+        xk = tl.load(x_row + k, mask=km, other=0.0).to(tl.float32)[None, :]
         wm = imask[:, None] & km[None, :]
         wg = tl.load(g_rows + k[None, :], mask=wm, other=0.0)
         wu = tl.load(u_rows + k[None, :], mask=wm, other=0.0)
-        if HAS_SHARED_GATE:
-            sm = km & (kk * 0 + p >= N)  # a tensor mask (the interpreter rejects a scalar one)
-            sacc += xk * tl.load(sg_ptr + k, mask=sm, other=0.0).to(tl.float32)
-        acc_g += wg.to(tl.float32) * xk[None, :]
-        acc_u += wu.to(tl.float32) * xk[None, :]
+        acc_g += wg.to(tl.float32) * xk
+        acc_u += wu.to(tl.float32) * xk
     g = tl.sum(acc_g, axis=1)
     u = tl.sum(acc_u, axis=1)
 
     wrow = tl.load(topk_w_ptr + pc)
     if HAS_SHARED_GATE:
-        wrow = tl.where(is_shared, 1.0 / (1.0 + tl.exp(-tl.sum(sacc, axis=0))), wrow)
-    else:
-        wrow = tl.where(is_shared, 1.0, wrow)
+        if is_shared:
+            sacc = tl.zeros((BLOCK_K,), dtype=tl.float32)
+            for k0 in range(0, H, BLOCK_K):
+                k = k0 + kk
+                km = k < H
+                xk = tl.load(x_row + k, mask=km, other=0.0).to(tl.float32)
+                sacc += xk * tl.load(sg_ptr + k, mask=km, other=0.0).to(tl.float32)
+            wrow = 1.0 / (1.0 + tl.exp(-tl.sum(sacc, axis=0)))
+    elif is_shared:
+        wrow = 1.0
     h = g / (1.0 + tl.exp(-g)) * u * wrow
     tl.store(h_ptr + p.to(tl.int64) * I + ii, h.to(h_ptr.dtype.element_ty), mask=imask)
 
