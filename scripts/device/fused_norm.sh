@@ -26,8 +26,6 @@ elif [ "${PART}" = 3 ]; then  # after the first profile: norm/residual loads mov
     --kv-cache-memory-gb 8 --max-num-seqs 32 --max-model-len 4096 --cuda-graph-sizes 1,32 \
     --prefill-graph-sizes none --batch 1,32 --steps 30 --no-warmup
     grep -h "== batch" $W/profile_$1.log; }
-  TAILN=15 run pairs 120 python3 -m hyserve.kernels.moe.bench --pairs
-  TAILN=15 run pairs 120 python3 -m hyserve.kernels.moe.bench --pairs
   prof default HYSERVE_PDL=1
   prof nopdl HYSERVE_PDL=0
   sed -n '/== batch 1:/,/^$/p' $W/profile_nopdl.log | head -n 16
