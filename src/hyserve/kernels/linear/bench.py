@@ -24,8 +24,8 @@ from hyserve.kernels.linear.triton_kernel import gemv_triton
 SHAPES = ((12352, 2048), (2048, 4096), (9216, 2048), (248320, 2048))
 
 
-def configs() -> list[dict]:
-    grid = itertools.product((1, 2, 4, 8, 16), (256, 512, 1024), (4, 8))
+def configs(block_k: tuple[int, ...] = (256, 512, 1024)) -> list[dict]:
+    grid = itertools.product((1, 2, 4, 8, 16), block_k, (4, 8))
     # the fp32 accumulator [BLOCK_N, BLOCK_K] stays within 64 registers a thread
     return [
         {"BLOCK_N": n, "BLOCK_K": k, "num_warps": w}
@@ -71,9 +71,14 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=1)
     parser.add_argument("--write", action="store_true")
     parser.add_argument("--quick", action="store_true", help="a few configs only (CPU smoke test)")
+    parser.add_argument("--shapes", default=None, help="NxK,... (default: the model's four)")
+    parser.add_argument("--block-k", default="256,512,1024", help="the BLOCK_K values to sweep")
+    parser.add_argument("--merge", action="store_true", help="--write keeps the plans of shapes not swept")
     args = parser.parse_args()
-    cands = configs()
+    cands = configs(tuple(int(k) for k in args.block_k.split(",")))
     shapes = SHAPES
+    if args.shapes:
+        shapes = tuple(tuple(int(d) for d in s.split("x")) for s in args.shapes.split(","))
     if DEVICE != "cuda" or args.quick:
         cands, shapes = [{"BLOCK_N": 4, "BLOCK_K": 64, "num_warps": 4}], ((96, 80),)
     plans, table = {}, []
@@ -84,6 +89,8 @@ def main() -> None:
         print(f"best {n}x{k}: {best}", flush=True)
     print(fmt(table))
     if args.write:
+        if args.merge and CONFIG_PATH.exists():
+            plans = {**json.loads(CONFIG_PATH.read_text())["plans"], **plans}
         doc = {"note": "GEMV tiles per weight shape [N, K] at batch 1; written by linear/bench.py --write",
                "device": torch.cuda.get_device_name(), "plans": plans}  # fmt: skip
         CONFIG_PATH.parent.mkdir(parents=True, exist_ok=True)
