@@ -37,6 +37,9 @@ def _resources(cubin: bytes) -> str:
     return " ".join(p for p in line.split() if p.split(":")[0] in ("REG", "STACK", "SHARED"))
 
 
+FAILED: list[str] = []  # labels of the builds that did not compile (``main`` exits 1 if any)
+
+
 def build(fn, types: dict, consts: dict, num_warps: int = 4, num_stages: int = 3, label: str = "") -> None:
     sig = {n: "constexpr" if n in consts else types.get(n, "i32") for n in fn.arg_names}
     attrs = {
@@ -54,6 +57,7 @@ def build(fn, types: dict, consts: dict, num_warps: int = 4, num_stages: int = 3
         )
     except Exception as e:  # noqa: BLE001 - report and continue
         print(f"FAIL {name}: {type(e).__name__}: {str(e)[:2000]}")
+        FAILED.append(name)
         return
     wgmma = k.asm["ttgir"].count("warp_group_dot")
     print(
@@ -114,6 +118,8 @@ def main() -> None:
     c = conv._CONFIG
     build(conv._conv_prefill_kernel, conv_types, dict(W=4, BT=c["BT"], BD=c["BD"], BN=16), c["num_warps"],
           label=f"conv prefill BT={c['BT']} BD={c['BD']}")  # fmt: skip
+    if FAILED:
+        raise SystemExit(f"{len(FAILED)} kernel(s) did not compile: {', '.join(FAILED)}")
 
 
 if __name__ == "__main__":

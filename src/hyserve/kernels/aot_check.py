@@ -1,0 +1,83 @@
+"""Compile the decode-step kernels for sm_90 without a GPU: compile errors, registers, spills, shared memory.
+
+``PYTHONPATH=src python -m hyserve.kernels.aot_check`` covers the kernels the model runs at batch 1 outside
+the DeltaNet (whose own check is ``hyserve.kernels.gated_delta_rule.aot_check``, same method and caveats):
+the GEMV with and without its fused norm and residual, the fused MoE router with and without the norm, the
+pairs gate_up and down kernels, the grouped down kernels' residual epilogues, at the model's shapes and
+tiles (bf16, PDL on). The CPU interpreter runs code the GPU compiler rejects (e.g. ``None`` passed to a
+helper, a scalar in a mask the other way round), so run this before spending device time on a change.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import torch
+
+from hyserve.kernels.gated_delta_rule.aot_check import BF, F32, FAILED, build
+from hyserve.kernels.linear import _plans
+from hyserve.kernels.linear import triton_kernel as gemv
+from hyserve.kernels.moe import routing, triton_decode, triton_pairs, triton_prefill
+from hyserve.kernels.moe.configs import get_plan
+from hyserve.kernels.rmsnorm import triton_kernel as rmsnorm
+
+I32 = "*i32"
+
+
+def main() -> None:
+    warnings.filterwarnings("ignore")
+    gemv_types = {"x_ptr": BF, "w_ptr": BF, "y_ptr": BF, "g_ptr": BF, "r_ptr": BF, "eps": "fp32"}
+    for shape, plan in _plans().items():
+        if not isinstance(plan, dict):
+            continue
+        for norm, res in ((False, False), (True, False), (False, True)):
+            consts = dict(BLOCK_M=1, BLOCK_N=plan["BLOCK_N"], BLOCK_K=plan["BLOCK_K"], HAS_NORM=norm, HAS_RES=res,
+                          USE_PDL=True)  # fmt: skip
+            build(gemv._gemv_kernel, gemv_types, consts, plan.get("num_warps", 4), 1,
+                  label=f"gemv {shape} norm={int(norm)} res={int(res)}")  # fmt: skip
+    plan = get_plan(1, 256, 2048, 512, 8, torch.bfloat16)
+    router_types = {"x_ptr": BF, "nw_ptr": BF, "xn_ptr": BF, "eps": "fp32", "gw_ptr": BF, "scratch_ptr": F32,
+                    "counter_ptr": I32, "ids_ptr": I32, "w_ptr": F32, "sorted_ptr": I32, "meta_ptr": I32}  # fmt: skip
+    be = plan.get("router_be", 8)
+    for norm in (False, True):
+        consts = dict(K=8, KP=8, TP=1, EP=256, BE=be, BK=8192 // be, BLOCK_M=16, ROUND=1, HAS_SHARED=False,
+                      USE_DOT=False, DOT_PREC="tf32", GROUP=False, HAS_NORM=norm, USE_PDL=True)  # fmt: skip
+        build(routing._router_route_kernel, router_types, consts, 4, 1, label=f"router T=1 norm={int(norm)}")
+    gu = plan["gate_up"]
+    gu_types = {
+        "x_ptr": BF,
+        "w_ptr": BF,
+        "sw_ptr": BF,
+        "sg_ptr": BF,
+        "ids_ptr": I32,
+        "topk_w_ptr": F32,
+        "h_ptr": BF,
+    }
+    consts = dict(K_TOP=8, BLOCK_I=gu["BLOCK_I"], BLOCK_K=gu["BLOCK_K"], HAS_SHARED_GATE=True, USE_PDL=True)
+    build(
+        triton_pairs._gate_up_pairs_kernel, gu_types, consts, gu.get("num_warps", 4), 1, label="pairs gate_up"
+    )
+    dn = plan["down"]
+    dn_types = {"h_ptr": BF, "wd_ptr": BF, "swd_ptr": BF, "ids_ptr": I32, "out_ptr": BF}
+    for add in (False, True):
+        consts = dict(K_TOP=8, KP=8, BLOCK_H=dn["BLOCK_H"], BLOCK_I=dn["BLOCK_I"], HAS_SHARED=True, ADD_OUT=add,
+                      USE_PDL=True)  # fmt: skip
+        build(triton_pairs._down_pairs_kernel, dn_types, consts, dn.get("num_warps", 4), 1,
+              label=f"pairs down add_out={int(add)}")  # fmt: skip
+    sum_types = {"y_ptr": BF, "out_ptr": BF}
+    build(triton_prefill._sum_kernel, sum_types, dict(K_TOP=8, HAS_SHARED=True, BLOCK_T=1, BLOCK_H=256,
+          ADD_OUT=True, USE_PDL=True), 2, 1, label="scatter sum add_out=1")  # fmt: skip
+    red_types = {"h_ptr": BF, "w_ptr": BF, "sw_ptr": BF, "sorted_ptr": I32, "meta_ptr": I32, "out_ptr": BF}
+    consts = dict(K_TOP=8, TP=16, BLOCK_M=16, BLOCK_H=64, BLOCK_K=128, NUM_K=4, EVEN=True, USE_DOT=True,
+                  DOT_PREC="tf32", ADD_OUT=True, USE_PDL=True)  # fmt: skip
+    build(triton_decode._down_reduce_kernel, red_types, consts, 4, 3, label="down_reduce add_out=1")
+    block_d, rows, warps = rmsnorm.launch_shape(2048)
+    norm_types = {"x_ptr": BF, "r_ptr": BF, "w_ptr": BF, "out_ptr": BF, "h_ptr": BF, "eps": "fp32"}
+    build(rmsnorm._rms_norm_kernel, norm_types, dict(D=2048, BLOCK_D=block_d, ROWS=rows, HAS_RES=False,
+          USE_PDL=True), warps, 1, label="rms_norm 2048")  # fmt: skip
+    if FAILED:
+        raise SystemExit(f"{len(FAILED)} kernel(s) did not compile: {', '.join(FAILED)}")
+
+
+if __name__ == "__main__":
+    main()
