@@ -53,17 +53,19 @@ def main() -> None:
         "topk_w_ptr": F32,
         "h_ptr": BF,
     }
-    consts = dict(K_TOP=8, BLOCK_I=gu["BLOCK_I"], BLOCK_K=gu["BLOCK_K"], HAS_SHARED_GATE=True, USE_PDL=True)
-    build(
-        triton_pairs._gate_up_pairs_kernel, gu_types, consts, gu.get("num_warps", 4), 1, label="pairs gate_up"
-    )
+    options = [(0, 0), (1, 0), (0, 1), (1, 1)]  # (REDUCE_EACH, PREFETCH)
+    for red, pre in options:
+        consts = dict(K_TOP=8, BLOCK_I=gu["BLOCK_I"], BLOCK_K=gu["BLOCK_K"], HAS_SHARED_GATE=True, REDUCE_EACH=red,
+                      PREFETCH=pre, USE_PDL=True)  # fmt: skip
+        build(triton_pairs._gate_up_pairs_kernel, gu_types, consts, gu.get("num_warps", 4), 1,
+              label=f"pairs gate_up reduce_each={red} prefetch={pre}")  # fmt: skip
     dn = plan["down"]
     dn_types = {"h_ptr": BF, "wd_ptr": BF, "swd_ptr": BF, "ids_ptr": I32, "out_ptr": BF}
-    for add in (False, True):
-        consts = dict(K_TOP=8, KP=8, BLOCK_H=dn["BLOCK_H"], BLOCK_I=dn["BLOCK_I"], HAS_SHARED=True, ADD_OUT=add,
-                      USE_PDL=True)  # fmt: skip
+    for red, pre in options:
+        consts = dict(K_TOP=8, KP=8, BLOCK_H=dn["BLOCK_H"], BLOCK_I=dn["BLOCK_I"], HAS_SHARED=True, ADD_OUT=True,
+                      REDUCE_EACH=red, PREFETCH=pre, USE_PDL=True)  # fmt: skip
         build(triton_pairs._down_pairs_kernel, dn_types, consts, dn.get("num_warps", 4), 1,
-              label=f"pairs down add_out={int(add)}")  # fmt: skip
+              label=f"pairs down reduce_each={red} prefetch={pre}")  # fmt: skip
     sum_types = {"y_ptr": BF, "out_ptr": BF}
     build(triton_prefill._sum_kernel, sum_types, dict(K_TOP=8, HAS_SHARED=True, BLOCK_T=1, BLOCK_H=256,
           ADD_OUT=True, USE_PDL=True), 2, 1, label="scatter sum add_out=1")  # fmt: skip

@@ -139,28 +139,33 @@ def stage_times(x: torch.Tensor, layer: dict, top_k: int) -> dict[str, float]:
 
 
 PAIRS_LAYERS = 8
-PAIRS_GATE_UP = [  # the plan's first (BLOCK_I, BLOCK_K, num_warps), then neighbours (num_stages made no difference)
-    {"BLOCK_I": bi, "BLOCK_K": bk, "num_warps": nw}
-    for bi, bk, nw in (
-        (4, 256, 4),
-        (2, 256, 4),
-        (2, 512, 4),
-        (4, 128, 4),
-        (2, 128, 2),
-        (4, 256, 8),
-        (2, 1024, 8),
+# the T=1 plan first, then the REDUCE_EACH / PREFETCH options (gate_up_pairs) on it and on bigger tiles, which
+# REDUCE_EACH makes affordable in registers (sm_90, `kernels/aot_check.py`: 48 -> 32 a thread at 4 x 256).
+# Measured 2026-12-03 without the options: num_stages 1-4 alike; BLOCK_I 8 or BLOCK_K 512 19-21 us vs 13.7.
+PAIRS_GATE_UP = [
+    {"BLOCK_I": bi, "BLOCK_K": bk, "num_warps": nw, "REDUCE_EACH": r, "PREFETCH": p}
+    for bi, bk, nw, r, p in (
+        (4, 256, 4, 0, 0),
+        (4, 256, 4, 1, 0),
+        (4, 256, 4, 0, 1),
+        (4, 256, 4, 1, 1),
+        (4, 512, 4, 1, 0),
+        (4, 512, 4, 1, 1),
+        (2, 512, 4, 1, 1),
+        (4, 1024, 4, 1, 0),
+        (8, 256, 4, 1, 1),
     )
 ]
 PAIRS_DOWN = [
-    {"BLOCK_H": bh, "BLOCK_I": bi, "num_warps": nw}
-    for bh, bi, nw in (
-        (4, 128, 4),
-        (2, 128, 4),
-        (2, 256, 4),
-        (1, 256, 4),
-        (1, 512, 4),
-        (2, 128, 2),
-        (1, 128, 2),
+    {"BLOCK_H": bh, "BLOCK_I": bi, "num_warps": nw, "REDUCE_EACH": r, "PREFETCH": p}
+    for bh, bi, nw, r, p in (
+        (2, 128, 4, 0, 0),
+        (2, 128, 4, 1, 0),
+        (2, 128, 4, 0, 1),
+        (2, 128, 4, 1, 1),
+        (4, 128, 4, 1, 1),
+        (2, 256, 4, 1, 0),
+        (1, 256, 4, 1, 1),
     )
 ]
 

@@ -286,6 +286,23 @@ def test_triton_paths_vs_reference(T: int, path: str) -> None:
 
 
 @pytest.mark.parametrize("T", [1, 5])
+@pytest.mark.parametrize("opts", [dict(REDUCE_EACH=1), dict(PREFETCH=1), dict(REDUCE_EACH=1, PREFETCH=1)])
+def test_pairs_kernel_options(T: int, opts: dict) -> None:
+    """The pairs kernels' plan options (fewer registers, one tile ahead) against the reference; tiles that
+    leave masked tails in K and I (H = 48 over BLOCK_K 32, I = 40 over BLOCK_I 16)."""
+    d = make_inputs(T, **SMALL, dead=2 if T > 1 else 0, seed=400 + T)
+    plan = pairs_plan()
+    plan = dict(plan, gate_up={**plan["gate_up"], **opts}, down={**plan["down"], **opts})
+    out = run_triton(d, 3, plan)
+    args = [d[k] for k in ("gate_weight", "w_gate_up", "w_down")]
+    ref = fused_moe_reference(
+        d["x"], *args, 3, *[d[k] for k in ("shared_gate_up", "shared_down", "shared_expert_gate")]
+    )
+    assert not out.isnan().any()
+    assert max_rel_err(out, ref) < 1e-5
+
+
+@pytest.mark.parametrize("T", [1, 5])
 @pytest.mark.parametrize("path", [*PATHS, "shared_other_width", "chunked"])
 def test_triton_paths_with_norm_and_residual(T: int, path: str, monkeypatch) -> None:
     """The decoder layer's call: ``residual += MoE(rms_norm(residual))``, the norm inside the fused router (which

@@ -30,6 +30,20 @@ from hyserve.kernels.pdl import wait_for_previous
 
 
 @triton.jit
+def _gate_up_tile(acc_g, acc_u, wg, wu, x_row, k, km, REDUCE_EACH: tl.constexpr):
+    """acc += the [BLOCK_I, BLOCK_K] gate and up tiles times x[k]: kept [BLOCK_I, BLOCK_K] wide and reduced
+    once at the end, or (REDUCE_EACH) reduced over k every tile into [BLOCK_I, 1] (fewer registers)."""
+    xk = tl.load(x_row + k, mask=km, other=0.0).to(tl.float32)[None, :]
+    if REDUCE_EACH:
+        acc_g += tl.sum(wg.to(tl.float32) * xk, axis=1, keep_dims=True)
+        acc_u += tl.sum(wu.to(tl.float32) * xk, axis=1, keep_dims=True)
+    else:
+        acc_g += wg.to(tl.float32) * xk
+        acc_u += wu.to(tl.float32) * xk
+    return acc_g, acc_u
+
+
+@triton.jit
 def _gate_up_pairs_kernel(
     x_ptr,
     w_ptr,
@@ -49,8 +63,11 @@ def _gate_up_pairs_kernel(
     BLOCK_I: tl.constexpr,
     BLOCK_K: tl.constexpr,
     HAS_SHARED_GATE: tl.constexpr,
+    REDUCE_EACH: tl.constexpr,
+    PREFETCH: tl.constexpr,
     USE_PDL: tl.constexpr,
 ):
+    """REDUCE_EACH, PREFETCH: plan options (``cfg``), see ``gate_up_pairs``."""
     wait_for_previous(USE_PDL)
     n = tl.program_id(0)
     p = tl.program_id(1)
@@ -68,17 +85,30 @@ def _gate_up_pairs_kernel(
     x_row = x_ptr + tok * stride_xt
     g_rows = wbase + ii.to(tl.int64)[:, None] * stride_n
     u_rows = wbase + (ii + I).to(tl.int64)[:, None] * stride_n
-    acc_g = tl.zeros((BLOCK_I, BLOCK_K), dtype=tl.float32)
-    acc_u = tl.zeros((BLOCK_I, BLOCK_K), dtype=tl.float32)
-    for k0 in range(0, H, BLOCK_K):
-        k = k0 + kk
-        km = k < H
-        xk = tl.load(x_row + k, mask=km, other=0.0).to(tl.float32)[None, :]
-        wm = imask[:, None] & km[None, :]
-        wg = tl.load(g_rows + k[None, :], mask=wm, other=0.0)
-        wu = tl.load(u_rows + k[None, :], mask=wm, other=0.0)
-        acc_g += wg.to(tl.float32) * xk
-        acc_u += wu.to(tl.float32) * xk
+    acc_g = tl.zeros((BLOCK_I, 1 if REDUCE_EACH else BLOCK_K), dtype=tl.float32)
+    acc_u = tl.zeros((BLOCK_I, 1 if REDUCE_EACH else BLOCK_K), dtype=tl.float32)
+    if PREFETCH:  # the next tiles' loads are issued before this tile's multiply: two tiles in flight
+        wm = imask[:, None] & (kk < H)[None, :]
+        wg = tl.load(g_rows + kk[None, :], mask=wm, other=0.0)
+        wu = tl.load(u_rows + kk[None, :], mask=wm, other=0.0)
+        for k0 in range(BLOCK_K, H, BLOCK_K):
+            k = k0 + kk
+            km = k < H
+            wg_next = tl.load(g_rows + k[None, :], mask=imask[:, None] & km[None, :], other=0.0)
+            wu_next = tl.load(u_rows + k[None, :], mask=imask[:, None] & km[None, :], other=0.0)
+            kp = k - BLOCK_K
+            acc_g, acc_u = _gate_up_tile(acc_g, acc_u, wg, wu, x_row, kp, kp < H, REDUCE_EACH)
+            wg, wu = wg_next, wu_next
+        kl = ((H - 1) // BLOCK_K) * BLOCK_K + kk
+        acc_g, acc_u = _gate_up_tile(acc_g, acc_u, wg, wu, x_row, kl, kl < H, REDUCE_EACH)
+    else:
+        for k0 in range(0, H, BLOCK_K):
+            k = k0 + kk
+            km = k < H
+            wm = imask[:, None] & km[None, :]
+            wg = tl.load(g_rows + k[None, :], mask=wm, other=0.0)
+            wu = tl.load(u_rows + k[None, :], mask=wm, other=0.0)
+            acc_g, acc_u = _gate_up_tile(acc_g, acc_u, wg, wu, x_row, k, km, REDUCE_EACH)
     g = tl.sum(acc_g, axis=1)
     u = tl.sum(acc_u, axis=1)
 
@@ -99,13 +129,22 @@ def _gate_up_pairs_kernel(
 
 
 @triton.jit
-def _down_tile(acc, acc_s, w, ws, h_rows, hs_row, i, jm, im, HAS_SHARED: tl.constexpr):
-    """acc [KP, BLOCK_H, BLOCK_I] += w * h[i]; acc_s [BLOCK_H, BLOCK_I] += ws * h_shared[i]."""
+def _down_tile(
+    acc, acc_s, w, ws, h_rows, hs_row, i, jm, im, HAS_SHARED: tl.constexpr, REDUCE_EACH: tl.constexpr
+):
+    """acc [KP, BLOCK_H, BLOCK_I] += w * h[i]; acc_s [BLOCK_H, BLOCK_I] += ws * h_shared[i] (REDUCE_EACH:
+    summed over i every tile, into [KP, BLOCK_H, 1] and [BLOCK_H, 1])."""
     hv = tl.load(h_rows + i[None, :], mask=jm[:, None] & im[None, :], other=0.0)
-    acc += w.to(tl.float32) * hv.to(tl.float32)[:, None, :]
+    if REDUCE_EACH:
+        acc += tl.sum(w.to(tl.float32) * hv.to(tl.float32)[:, None, :], axis=2, keep_dims=True)
+    else:
+        acc += w.to(tl.float32) * hv.to(tl.float32)[:, None, :]
     if HAS_SHARED:
         hsv = tl.load(hs_row + i, mask=im, other=0.0)
-        acc_s += ws.to(tl.float32) * hsv.to(tl.float32)[None, :]
+        if REDUCE_EACH:
+            acc_s += tl.sum(ws.to(tl.float32) * hsv.to(tl.float32)[None, :], axis=1, keep_dims=True)
+        else:
+            acc_s += ws.to(tl.float32) * hsv.to(tl.float32)[None, :]
     return acc, acc_s
 
 
@@ -129,6 +168,8 @@ def _down_pairs_kernel(
     BLOCK_I: tl.constexpr,
     HAS_SHARED: tl.constexpr,
     ADD_OUT: tl.constexpr,
+    REDUCE_EACH: tl.constexpr,
+    PREFETCH: tl.constexpr,
     USE_PDL: tl.constexpr,
 ):
     """Grid (cdiv(H, BLOCK_H), T). The expert ids come from the routing, two launches back (the gate_up
@@ -159,16 +200,32 @@ def _down_pairs_kernel(
     r = 0.0
     if ADD_OUT:  # out is the residual stream: out += the MoE output, in fp32 before the one cast
         r = tl.load(o_ptrs, mask=hm, other=0.0).to(tl.float32)
-    acc = tl.zeros((KP, BLOCK_H, BLOCK_I), dtype=tl.float32)
-    acc_s = tl.zeros((BLOCK_H, BLOCK_I), dtype=tl.float32)
-    acc, acc_s = _down_tile(acc, acc_s, w, ws, h_rows, hs_row, ii, jm, im, HAS_SHARED)
-    for i0 in range(BLOCK_I, I, BLOCK_I):
-        i = i0 + ii
-        im = i < I
-        w = tl.load(w_rows + i[None, None, :], mask=wmask & im[None, None, :], other=0.0)
-        if HAS_SHARED:
-            ws = tl.load(s_rows + i[None, :], mask=hm[:, None] & im[None, :], other=0.0)
-        acc, acc_s = _down_tile(acc, acc_s, w, ws, h_rows, hs_row, i, jm, im, HAS_SHARED)
+    acc = tl.zeros((KP, BLOCK_H, 1 if REDUCE_EACH else BLOCK_I), dtype=tl.float32)
+    acc_s = tl.zeros((BLOCK_H, 1 if REDUCE_EACH else BLOCK_I), dtype=tl.float32)
+    if PREFETCH:  # the next tiles' loads are issued before this tile's multiply: two tiles in flight
+        for i0 in range(BLOCK_I, I, BLOCK_I):
+            i = i0 + ii
+            im = i < I
+            w_next = tl.load(w_rows + i[None, None, :], mask=wmask & im[None, None, :], other=0.0)
+            ws_next = w_next
+            if HAS_SHARED:
+                ws_next = tl.load(s_rows + i[None, :], mask=hm[:, None] & im[None, :], other=0.0)
+            ip = i - BLOCK_I
+            acc, acc_s = _down_tile(
+                acc, acc_s, w, ws, h_rows, hs_row, ip, jm, ip < I, HAS_SHARED, REDUCE_EACH
+            )
+            w, ws = w_next, ws_next
+        il = ((I - 1) // BLOCK_I) * BLOCK_I + ii
+        acc, acc_s = _down_tile(acc, acc_s, w, ws, h_rows, hs_row, il, jm, il < I, HAS_SHARED, REDUCE_EACH)
+    else:
+        acc, acc_s = _down_tile(acc, acc_s, w, ws, h_rows, hs_row, ii, jm, im, HAS_SHARED, REDUCE_EACH)
+        for i0 in range(BLOCK_I, I, BLOCK_I):
+            i = i0 + ii
+            im = i < I
+            w = tl.load(w_rows + i[None, None, :], mask=wmask & im[None, None, :], other=0.0)
+            if HAS_SHARED:
+                ws = tl.load(s_rows + i[None, :], mask=hm[:, None] & im[None, :], other=0.0)
+            acc, acc_s = _down_tile(acc, acc_s, w, ws, h_rows, hs_row, i, jm, im, HAS_SHARED, REDUCE_EACH)
     y = tl.sum(tl.sum(acc, axis=2), axis=0)
     if HAS_SHARED:
         y += tl.sum(acc_s, axis=1)
@@ -185,7 +242,9 @@ def gate_up_pairs(
     cfg: dict,
 ) -> torch.Tensor:
     """-> h [T*k + T, I] (rows T*k.. for the shared expert, unused without one). cfg: BLOCK_I, BLOCK_K,
-    num_warps."""
+    num_warps, and two options (default off; ``moe.bench --pairs`` times them): REDUCE_EACH (reduce the
+    products over K every tile instead of once at the end: fewer registers, more programs resident) and
+    PREFETCH (load the next tiles before multiplying this one: two tiles in flight a program)."""
     T, H = x.shape
     E, two_i, _ = w_gate_up.shape
     inter = two_i // 2
@@ -216,6 +275,8 @@ def gate_up_pairs(
         BLOCK_I=cfg["BLOCK_I"],
         BLOCK_K=cfg["BLOCK_K"],
         HAS_SHARED_GATE=has_shared and shared_expert_gate is not None,
+        REDUCE_EACH=bool(cfg.get("REDUCE_EACH", False)),
+        PREFETCH=bool(cfg.get("PREFETCH", False)),
         num_warps=cfg.get("num_warps", 4),
         num_stages=cfg.get("num_stages", 1),
     )
@@ -233,7 +294,7 @@ def down_pairs(
 ) -> torch.Tensor:
     """h [T*k + T, I] -> out [T, H] (the weighted sum over the k experts plus the shared expert); with
     ``add_out`` the result is added to out's contents (the residual stream). cfg: BLOCK_H, BLOCK_I,
-    num_warps."""
+    num_warps, and REDUCE_EACH / PREFETCH as in ``gate_up_pairs`` (default off)."""
     T, k_top = topk_ids.shape
     E, H, inter = w_down.shape
     if out is None:
@@ -261,6 +322,8 @@ def down_pairs(
         BLOCK_I=cfg["BLOCK_I"],
         HAS_SHARED=has_shared,
         ADD_OUT=add_out,
+        REDUCE_EACH=bool(cfg.get("REDUCE_EACH", False)),
+        PREFETCH=bool(cfg.get("PREFETCH", False)),
         num_warps=cfg.get("num_warps", 4),
         num_stages=cfg.get("num_stages", 1),
     )

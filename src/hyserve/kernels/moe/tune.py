@@ -97,11 +97,25 @@ PAIRS_MAX_T = 8  # token buckets that also try the per-pair path
 
 def pairs_candidates(quick: bool) -> dict[str, list[dict]]:
     """Configs of the per-pair kernels (GEMV: the fp32 accumulators [BLOCK_I, BLOCK_K] x2 and
-    [k, BLOCK_H, BLOCK_I] live in registers, so their products are bounded)."""
-    gu = _grid(BLOCK_I=[4, 8, 16, 32], BLOCK_K=[256, 512, 1024], num_warps=[4, 8])
-    gu = [c for c in gu if c["BLOCK_I"] * c["BLOCK_K"] <= 32 * c["num_warps"] * 64]
-    dn = _grid(BLOCK_H=[2, 4, 8, 16], BLOCK_I=[64, 128, 256, 512], num_warps=[4, 8])
-    dn = [c for c in dn if TOP_K * c["BLOCK_H"] * c["BLOCK_I"] <= 32 * c["num_warps"] * 64]
+    [k, BLOCK_H, BLOCK_I] live in registers, so their products are bounded unless REDUCE_EACH shrinks
+    them to [BLOCK_I] and [k, BLOCK_H]; PREFETCH keeps a second weight tile in flight)."""
+    opts = [
+        {"REDUCE_EACH": 0, "PREFETCH": 0},
+        {"REDUCE_EACH": 1, "PREFETCH": 0},
+        {"REDUCE_EACH": 1, "PREFETCH": 1},
+    ]
+    gu = _cross(_grid(BLOCK_I=[4, 8, 16, 32], BLOCK_K=[256, 512, 1024], num_warps=[4, 8]), opts)
+    gu = [
+        c
+        for c in gu
+        if c["BLOCK_I"] * c["BLOCK_K"] <= 32 * c["num_warps"] * (64 if not c["REDUCE_EACH"] else 128)
+    ]
+    dn = _cross(_grid(BLOCK_H=[2, 4, 8, 16], BLOCK_I=[64, 128, 256, 512], num_warps=[4, 8]), opts)
+    dn = [
+        c
+        for c in dn
+        if TOP_K * c["BLOCK_H"] * c["BLOCK_I"] <= 32 * c["num_warps"] * (64 if not c["REDUCE_EACH"] else 128)
+    ]
     out = {"pairs_gate_up": gu, "pairs_down": dn}
     if quick:
         out = {k: v[:: max(1, len(v) // 6)] for k, v in out.items()}
