@@ -25,13 +25,13 @@ SHAPES = ((12352, 2048), (2048, 4096), (9216, 2048), (248320, 2048))
 
 
 def configs(block_k: tuple[int, ...] = (256, 512, 1024)) -> list[dict]:
-    grid = itertools.product((1, 2, 4, 8, 16), block_k, (4, 8))
-    # the fp32 accumulator [BLOCK_N, BLOCK_K] stays within 64 registers a thread
-    return [
-        {"BLOCK_N": n, "BLOCK_K": k, "num_warps": w}
-        for n, k, w in grid
-        if n * k <= 64 * 32 * w and n * k >= 512
-    ]
+    """Tiles whose fp32 accumulator [BLOCK_N, BLOCK_K] stays within 64 registers a thread, and with
+    REDUCE_EACH (a [BLOCK_N] accumulator: only the W tile is held) twice as large tiles."""
+    out = []
+    for n, k, w, red in itertools.product((1, 2, 4, 8, 16), block_k, (4, 8), (0, 1)):
+        if n * k >= 512 and n * k <= 64 * 32 * w * (2 if red else 1):
+            out.append({"BLOCK_N": n, "BLOCK_K": k, "num_warps": w, **({"REDUCE_EACH": 1} if red else {})})
+    return out
 
 
 def bench_shape(n: int, k: int, rows: int, cands: list[dict]) -> tuple[list[dict], dict | str]:

@@ -52,7 +52,12 @@ DTYPES = [torch.float32, torch.float16] + ([torch.bfloat16] if CUDA else [])
 @pytest.mark.parametrize("shape", SHAPES)
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize(
-    "cfg", [{"BLOCK_N": 4, "BLOCK_K": 32}, {"BLOCK_N": 16, "BLOCK_K": 64, "num_warps": 8}]
+    "cfg",
+    [
+        {"BLOCK_N": 4, "BLOCK_K": 32},
+        {"BLOCK_N": 16, "BLOCK_K": 64, "num_warps": 8},
+        {"BLOCK_N": 4, "BLOCK_K": 32, "REDUCE_EACH": 1},
+    ],
 )
 def test_gemv_matches_reference(shape, dtype, cfg):
     m, n, k = shape
@@ -66,7 +71,8 @@ def test_gemv_matches_reference(shape, dtype, cfg):
 @pytest.mark.parametrize("shape", SHAPES)
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("fuse", ["norm", "residual", "both"])
-def test_gemv_fused_norm_and_residual(shape, dtype, fuse):
+@pytest.mark.parametrize("reduce_each", [0, 1])
+def test_gemv_fused_norm_and_residual(shape, dtype, fuse, reduce_each):
     """``residual += rms_norm(x) W^T`` in one kernel vs the reference (norm rounded to x's dtype, then
     F.linear, then the add): the GEMV never rounds the normed x, so bf16 is compared on the product."""
     m, n, k = shape
@@ -75,7 +81,7 @@ def test_gemv_fused_norm_and_residual(shape, dtype, fuse):
     gen = torch.Generator().manual_seed(n)
     g = (torch.randn(k, generator=gen) * 0.3).to(dtype).to(DEVICE) if fuse != "residual" else None
     r = torch.randn(m, n, generator=gen).to(dtype).to(DEVICE) if fuse != "norm" else None
-    cfg = {"BLOCK_N": 4, "BLOCK_K": 32}
+    cfg = {"BLOCK_N": 4, "BLOCK_K": 32, "REDUCE_EACH": reduce_each}
     kw = dict(norm_weight=g, norm_eps=1e-6)
     want = linear_reference(x, w, **kw, residual=r.clone() if r is not None else None)
     if r is None:

@@ -30,14 +30,21 @@ from hyserve.kernels.pdl import launch_options, wait_for_previous
 
 
 @triton.jit
-def _gemv_tile(acc, ss, w, g, x_rows, k, km, mm, HAS_NORM: tl.constexpr):
+def _gemv_tile(acc, ss, w, g, x_rows, k, km, mm, HAS_NORM: tl.constexpr, REDUCE_EACH: tl.constexpr):
     """acc [BLOCK_M, BLOCK_N, BLOCK_K] += x[:, k] (times 1 + g, the norm weight's tile, with the norm) * the
-    W tile w; ss [BLOCK_M, BLOCK_K] += x[:, k]^2."""
+    W tile w; ss [BLOCK_M, BLOCK_K] += x[:, k]^2 (REDUCE_EACH: both summed over k, acc [BLOCK_M, BLOCK_N] and
+    ss [BLOCK_M])."""
     x = tl.load(x_rows + k[None, :], mask=mm[:, None] & km[None, :], other=0.0).to(tl.float32)
     if HAS_NORM:
-        ss += x * x
+        if REDUCE_EACH:
+            ss += tl.sum(x * x, axis=1)
+        else:
+            ss += x * x
         x = x * (1.0 + g.to(tl.float32))[None, :]
-    acc += x[:, None, :] * w.to(tl.float32)[None, :, :]
+    if REDUCE_EACH:
+        acc += tl.sum(x[:, None, :] * w.to(tl.float32)[None, :, :], axis=2)
+    else:
+        acc += x[:, None, :] * w.to(tl.float32)[None, :, :]
     return acc, ss
 
 
@@ -61,6 +68,7 @@ def _gemv_kernel(
     BLOCK_K: tl.constexpr,
     HAS_NORM: tl.constexpr,
     HAS_RES: tl.constexpr,
+    REDUCE_EACH: tl.constexpr,
     USE_PDL: tl.constexpr,
 ):
     pid = tl.program_id(0)
@@ -82,19 +90,28 @@ def _gemv_kernel(
     r = 0.0
     if HAS_RES:
         r = tl.load(r_ptr + rm.to(tl.int64)[:, None] * stride_rm + rn[None, :], mask=omask).to(tl.float32)
-    acc = tl.zeros((BLOCK_M, BLOCK_N, BLOCK_K), dtype=tl.float32)
-    ss = tl.zeros((BLOCK_M, BLOCK_K), dtype=tl.float32)  # the rows' sums of squares (HAS_NORM)
-    acc, ss = _gemv_tile(acc, ss, w, g, x_rows, kk, kk < K, mm, HAS_NORM)
+    if REDUCE_EACH:
+        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+        ss = tl.zeros((BLOCK_M,), dtype=tl.float32)  # the rows' sums of squares (HAS_NORM)
+    else:
+        acc = tl.zeros((BLOCK_M, BLOCK_N, BLOCK_K), dtype=tl.float32)
+        ss = tl.zeros((BLOCK_M, BLOCK_K), dtype=tl.float32)
+    acc, ss = _gemv_tile(acc, ss, w, g, x_rows, kk, kk < K, mm, HAS_NORM, REDUCE_EACH)
     for k0 in range(BLOCK_K, K, BLOCK_K):
         k = k0 + kk
         km = k < K
         w = tl.load(w_rows + k[None, :], mask=nm[:, None] & km[None, :], other=0.0)
         if HAS_NORM:
             g = tl.load(g_ptr + k, mask=km, other=0.0)
-        acc, ss = _gemv_tile(acc, ss, w, g, x_rows, k, km, mm, HAS_NORM)
-    y = tl.sum(acc, axis=2)
-    if HAS_NORM:
-        y = y / tl.sqrt(tl.sum(ss, axis=1) / K + eps)[:, None]
+        acc, ss = _gemv_tile(acc, ss, w, g, x_rows, k, km, mm, HAS_NORM, REDUCE_EACH)
+    if REDUCE_EACH:
+        y = acc
+        if HAS_NORM:
+            y = y / tl.sqrt(ss / K + eps)[:, None]
+    else:
+        y = tl.sum(acc, axis=2)
+        if HAS_NORM:
+            y = y / tl.sqrt(tl.sum(ss, axis=1) / K + eps)[:, None]
     y += r
     tl.store(
         y_ptr + rm.to(tl.int64)[:, None] * stride_ym + rn[None, :], y.to(y_ptr.dtype.element_ty), mask=omask
@@ -114,7 +131,9 @@ def gemv_triton(
     """x [M, K] (M <= GEMV_MAX_ROWS, K contiguous), weight [N, K] (K contiguous) -> [M, N] in x's dtype:
     ``[residual +] rms_norm(x, norm_weight, norm_eps) W^T`` (the norm without ``norm_weight``). With a
     residual [M, N] (N contiguous) and no ``out``, the result is written into the residual and returned.
-    cfg: BLOCK_N, BLOCK_K (for one row; divided by M's next power of two), num_warps."""
+    cfg: BLOCK_N, BLOCK_K (for one row; divided by M's next power of two), num_warps, REDUCE_EACH (optional:
+    reduce the products over K every tile, not once at the end: a [BLOCK_N] accumulator instead of
+    [BLOCK_N, BLOCK_K], so more programs fit an SM)."""
     M, K = x.shape
     N = weight.shape[0]
     if M > GEMV_MAX_ROWS or x.stride(1) != 1 or weight.stride(1) != 1:
@@ -152,6 +171,7 @@ def gemv_triton(
         BLOCK_K=block_k,
         HAS_NORM=norm_weight is not None,
         HAS_RES=residual is not None,
+        REDUCE_EACH=bool(cfg.get("REDUCE_EACH", False)),
         num_warps=cfg.get("num_warps", 4),
         **launch_options(x),
     )

@@ -133,16 +133,16 @@ def _down_tile(
     acc, acc_s, w, ws, h_rows, hs_row, i, jm, im, HAS_SHARED: tl.constexpr, REDUCE_EACH: tl.constexpr
 ):
     """acc [KP, BLOCK_H, BLOCK_I] += w * h[i]; acc_s [BLOCK_H, BLOCK_I] += ws * h_shared[i] (REDUCE_EACH:
-    summed over i every tile, into [KP, BLOCK_H, 1] and [BLOCK_H, 1])."""
+    summed over i every tile, into [KP, BLOCK_H] and [BLOCK_H])."""
     hv = tl.load(h_rows + i[None, :], mask=jm[:, None] & im[None, :], other=0.0)
     if REDUCE_EACH:
-        acc += tl.sum(w.to(tl.float32) * hv.to(tl.float32)[:, None, :], axis=2, keep_dims=True)
+        acc += tl.sum(w.to(tl.float32) * hv.to(tl.float32)[:, None, :], axis=2)
     else:
         acc += w.to(tl.float32) * hv.to(tl.float32)[:, None, :]
     if HAS_SHARED:
         hsv = tl.load(hs_row + i, mask=im, other=0.0)
         if REDUCE_EACH:
-            acc_s += tl.sum(ws.to(tl.float32) * hsv.to(tl.float32)[None, :], axis=1, keep_dims=True)
+            acc_s += tl.sum(ws.to(tl.float32) * hsv.to(tl.float32)[None, :], axis=1)
         else:
             acc_s += ws.to(tl.float32) * hsv.to(tl.float32)[None, :]
     return acc, acc_s
@@ -200,8 +200,12 @@ def _down_pairs_kernel(
     r = 0.0
     if ADD_OUT:  # out is the residual stream: out += the MoE output, in fp32 before the one cast
         r = tl.load(o_ptrs, mask=hm, other=0.0).to(tl.float32)
-    acc = tl.zeros((KP, BLOCK_H, 1 if REDUCE_EACH else BLOCK_I), dtype=tl.float32)
-    acc_s = tl.zeros((BLOCK_H, 1 if REDUCE_EACH else BLOCK_I), dtype=tl.float32)
+    if REDUCE_EACH:
+        acc = tl.zeros((KP, BLOCK_H), dtype=tl.float32)
+        acc_s = tl.zeros((BLOCK_H,), dtype=tl.float32)
+    else:
+        acc = tl.zeros((KP, BLOCK_H, BLOCK_I), dtype=tl.float32)
+        acc_s = tl.zeros((BLOCK_H, BLOCK_I), dtype=tl.float32)
     if PREFETCH:  # the next tiles' loads are issued before this tile's multiply: two tiles in flight
         for i0 in range(BLOCK_I, I, BLOCK_I):
             i = i0 + ii
@@ -226,9 +230,14 @@ def _down_pairs_kernel(
             if HAS_SHARED:
                 ws = tl.load(s_rows + i[None, :], mask=hm[:, None] & im[None, :], other=0.0)
             acc, acc_s = _down_tile(acc, acc_s, w, ws, h_rows, hs_row, i, jm, im, HAS_SHARED, REDUCE_EACH)
-    y = tl.sum(tl.sum(acc, axis=2), axis=0)
-    if HAS_SHARED:
-        y += tl.sum(acc_s, axis=1)
+    if REDUCE_EACH:
+        y = tl.sum(acc, axis=0)
+        if HAS_SHARED:
+            y += acc_s
+    else:
+        y = tl.sum(tl.sum(acc, axis=2), axis=0)
+        if HAS_SHARED:
+            y += tl.sum(acc_s, axis=1)
     tl.store(o_ptrs, (y + r).to(out_ptr.dtype.element_ty), mask=hm)
 
 
