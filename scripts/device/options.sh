@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
 # The register-lean kernel options of 2026-12-03 (REDUCE_EACH in the GEMV and the pairs MoE kernels, PREFETCH
 # in the pairs kernels; all default off) on the H200, in one call: the T=1 pairs sweep (moe/bench.py --pairs),
-# the GEMV sweep of the three shapes not at their floor yet with and without REDUCE_EACH (linear/bench.py
-# --write --merge; the LM head already streams at ~4.3 TB/s), the pairs buckets re-tuned with the options
+# the GEMV sweep of in_proj and out_proj with and without REDUCE_EACH (linear/bench.py
+# --write --merge; the LM head streams at ~4.3 TB/s already, and the isolated sweep would hand the qkv back
+# to cuBLAS, which loses once the norm is fused into the GEMV), the pairs buckets re-tuned with the options
 # (tune.py --tokens 1,2,4 --merge), then the decode profile
 # (B=1, 32) with what won. The JSONs come back in $OUT for review and commit. Carry .whl.
 set -u
 source "$(dirname "$0")/common.sh"
 TAILN=18 run pairs 120 python3 -m hyserve.kernels.moe.bench --pairs
-TAILN=20 run gemv 240 python3 -m hyserve.kernels.linear.bench --shapes 12352x2048,2048x4096,9216x2048 \
+TAILN=20 run gemv 240 python3 -m hyserve.kernels.linear.bench --shapes 12352x2048,2048x4096 \
   --block-k 512,1024,2048 --write --merge
 TAILN=8 run tune 200 python3 -m hyserve.kernels.moe.tune --tokens 1,2,4 --merge
 cp src/hyserve/kernels/linear/configs/gemv.json src/hyserve/kernels/moe/configs/E256_H2048_I512_bfloat16.json "$OUT/"
