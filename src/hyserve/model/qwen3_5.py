@@ -190,8 +190,10 @@ class MLP(nn.Module):
         )
         self.down_proj = Linear(intermediate, hidden)
 
-    def forward(self, x: torch.Tensor, norm: RMSNorm | None = None, residual: torch.Tensor | None = None):
-        """``[residual +] down(silu(gate(norm(x))) * up(norm(x)))``."""
+    def forward(
+        self, x: torch.Tensor, norm: RMSNorm | None = None, residual: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """``[residual +] down(silu(gate(norm(x))) * up(norm(x)))``, the residual updated in place."""
         return self.down_proj(ops.silu_and_mul(self.gate_up_proj(x, norm)), residual=residual)
 
 
