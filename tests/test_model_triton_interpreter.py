@@ -16,27 +16,13 @@ import torch
 
 from checkpoints import load_reference, make_checkpoint
 from hyserve import LLM
-from hyserve.kernels.moe.configs import fit_plan
+from hyserve.kernels.moe.test_moe import pairs_plan, small_plan
 from test_model_vs_transformers import _rel, _score
 
 linear_op = importlib.import_module("hyserve.kernels.linear")
 triton_moe = importlib.import_module("hyserve.kernels.moe.triton_moe")
 
 REL_TOL = 1e-4
-PAIRS = {
-    "block_m": 1,
-    "down_mode": "pairs",
-    "fused_router": True,
-    "router_be": 4,
-    "gate_up": {"BLOCK_I": 16, "BLOCK_K": 32},
-    "down": {"BLOCK_H": 16, "BLOCK_I": 16},
-}
-GROUPED = {
-    "block_m": 16,
-    "down_mode": "scatter",
-    "gate_up": {"BLOCK_I": 16, "BLOCK_K": 32},
-    "down": {"BLOCK_H": 16, "BLOCK_K": 32},
-}
 
 
 @pytest.fixture(scope="module")
@@ -65,7 +51,7 @@ def triton_kernels(monkeypatch):
 
     def get_plan(T, E, H, inter, top_k, dtype):
         calls["pairs"] += T <= 4
-        return fit_plan(PAIRS if T <= 4 else GROUPED, H, inter)
+        return pairs_plan(True, H, inter) if T <= 4 else small_plan(16, "scatter", E, H, inter)
 
     monkeypatch.setattr(linear_op, "gemv_plan", gemv_plan)
     monkeypatch.setattr(triton_moe, "get_plan", get_plan)
