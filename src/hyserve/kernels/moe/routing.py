@@ -56,20 +56,30 @@ _BIG = tl.constexpr(2**31 - 1)
 def _softmax_topk(logits, cols, E, K: tl.constexpr, KP: tl.constexpr, ROUND: tl.constexpr):
     """logits [R, EP] fp32 (-inf in columns >= E) -> (ids [R, KP] int32, weights [R, KP] fp32).
 
-    Columns >= K of the outputs are 0. ROUND: 0 keep fp32, 1 round the weights through bf16, 2 fp16."""
+    Columns >= K of the outputs are 0. ROUND: 0 keep fp32, 1 round the weights through bf16, 2 fp16.
+    Each of the k rounds is one max-reduction over packed int64 keys ``bits(p) << 32 | (EP - 1 - col)``: a
+    probability p >= 0 orders like its fp32 bit pattern, and among equal p the lowest column wins (what
+    ``argmax(tie_break_left=True)`` picks), so the key carries both the value and its column (a max and an
+    argmax were two reductions a round). Taken and padding columns hold the key -1."""
+    EP: tl.constexpr = logits.shape[1]
     m = tl.max(logits, axis=1)
     p = tl.exp(logits - m[:, None])
     p = p / tl.sum(p, axis=1)[:, None]
-    p = tl.where(cols[None, :] < E, p, -2.0)
+    low = cols.to(tl.int64) * -1 + (
+        EP - 1
+    )  # tensor first: the interpreter keeps constexpr - tensor a constexpr
+    key = (p.to(tl.int32, bitcast=True).to(tl.int64) << 32) | low[None, :]
+    key = tl.where(cols[None, :] < E, key, -1)
     kc = tl.arange(0, KP)
     ids = tl.zeros((logits.shape[0], KP), dtype=tl.int32)
     w = tl.zeros((logits.shape[0], KP), dtype=tl.float32)
     for j in tl.static_range(K):
-        best = tl.max(p, axis=1)
-        idx = tl.argmax(p, axis=1, tie_break_left=True).to(tl.int32)
+        best = tl.max(key, axis=1)
+        idx = ((best & 0xFFFFFFFF) * -1 + (EP - 1)).to(tl.int32)
+        val = (best >> 32).to(tl.int32).to(tl.float32, bitcast=True)
         ids = tl.where(kc[None, :] == j, idx[:, None], ids)
-        w = tl.where(kc[None, :] == j, best[:, None], w)
-        p = tl.where(cols[None, :] == idx[:, None], -1.0, p)
+        w = tl.where(kc[None, :] == j, val[:, None], w)
+        key = tl.where(cols[None, :] == idx[:, None], -1, key)
     w = w / tl.sum(w, axis=1)[:, None]
     if ROUND == 1:
         w = w.to(tl.bfloat16).to(tl.float32)
