@@ -80,9 +80,24 @@ def _gdn_decode_step_kernel(
             s = tl.load(ssm_ptr + s_off)
         else:
             s = tl.load(ssm_ptr + s_off, mask=mk[:, None] & mv[None, :], other=0.0)
+    o_base = o_ptr + (b64 * HV + i_hv) * V
+    z_base = z_ptr + b64 * stride_zb + i_hv * stride_zh
+    of = tl.arange(0, BVF)
+    mf = of < V
+    # Small tiles (NV > 1, the batch-1 config: latency-bound) load the gate parameters (weights, before the
+    # wait), a, b and the z row (the previous kernel's, right after it) up front rather than after the conv's
+    # barrier and ticket, which order later loads behind them; the register-heavy big tiles keep them late
+    if NV > 1:
+        dtb = tl.load(dtb_ptr + i_hv).to(tl.float32)
+        a_log = tl.load(alog_ptr + i_hv).to(tl.float32)
+        nw_full = tl.load(normw_ptr + of, mask=mf, other=0.0).to(tl.float32)
     # the slot indices (staged before the step) and the state (last written by this layer's previous step)
     # are no output of the previous kernel: they load while it finishes; its qkv/z/a/b only after this
     wait_for_previous(USE_PDL)
+    if NV > 1:
+        a_raw = tl.load(a_ptr + b64 * stride_ab + i_hv)
+        b_raw = tl.load(b_ptr + b64 * stride_bb + i_hv)
+        z_full = tl.load(z_base + of, mask=mf, other=0.0).to(tl.float32)
 
     # causal conv over [conv_state rows 0..W-2, x] and SiLU, per channel group
     cq = i_h * K + ok
@@ -129,10 +144,14 @@ def _gdn_decode_step_kernel(
             tl.store(cnt_qk_ptr + b64 * H + i_h, 0)
 
     # gates (fp32, beta rounded to b's dtype like b.sigmoid())
-    a = tl.load(a_ptr + b64 * stride_ab + i_hv).to(tl.float32) + tl.load(dtb_ptr + i_hv).to(tl.float32)
+    if NV == 1:
+        dtb = tl.load(dtb_ptr + i_hv).to(tl.float32)
+        a_log = tl.load(alog_ptr + i_hv).to(tl.float32)
+        a_raw = tl.load(a_ptr + b64 * stride_ab + i_hv)
+        b_raw = tl.load(b_ptr + b64 * stride_bb + i_hv)
+    a = a_raw.to(tl.float32) + dtb
     softplus = tl.where(a > 20.0, a, tl.where(a < -15.0, tl.exp(a), tl.log(1.0 + tl.exp(a))))
-    g = -tl.exp(tl.load(alog_ptr + i_hv).to(tl.float32)) * softplus
-    b_raw = tl.load(b_ptr + b64 * stride_bb + i_hv)
+    g = -tl.exp(a_log) * softplus
     beta = tl.sigmoid(b_raw.to(tl.float32)).to(b_raw.dtype).to(tl.float32)
 
     if not EARLY_STATE:  # big tiles: keep the conv's registers and the tile's apart
@@ -150,8 +169,6 @@ def _gdn_decode_step_kernel(
         tl.store(ssm_ptr + s_off, s, mask=mk[:, None] & mv[None, :])
     o = tl.sum(s * q[:, None], 0).to(X_DT).to(tl.float32)  # the unfused path rounds o before the norm
 
-    o_base = o_ptr + (b64 * HV + i_hv) * V
-    z_base = z_ptr + b64 * stride_zb + i_hv * stride_zh
     if NV == 1:
         var = tl.sum(o * o, 0) / V
         hn = (o * tl.rsqrt(var + eps)).to(X_DT).to(tl.float32)
@@ -164,14 +181,10 @@ def _gdn_decode_step_kernel(
         tl.debug_barrier()
         ticket_o = tl.atomic_add(cnt_o_ptr + b64 * HV + i_hv, 1, sem="acq_rel")
         if ticket_o == NV - 1:  # all tiles of this head are stored: normalise the head
-            of = tl.arange(0, BVF)
-            mf = of < V
             oh = tl.load(o_base + of, mask=mf, other=0.0, cache_modifier=".cg").to(tl.float32)
             var = tl.sum(oh * oh, 0) / V
             hn = (oh * tl.rsqrt(var + eps)).to(X_DT).to(tl.float32)
-            nw = tl.load(normw_ptr + of, mask=mf, other=0.0).to(tl.float32)
-            zz = tl.load(z_base + of, mask=mf, other=0.0).to(tl.float32)
-            y = (nw * hn).to(NW_DT).to(tl.float32) * (zz * tl.sigmoid(zz))
+            y = (nw_full * hn).to(NW_DT).to(tl.float32) * (z_full * tl.sigmoid(z_full))
             tl.store(o_base + of, y.to(X_DT), mask=mf)
             tl.store(cnt_o_ptr + b64 * HV + i_hv, 0)
 
