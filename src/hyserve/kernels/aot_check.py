@@ -3,9 +3,10 @@
 ``PYTHONPATH=src python -m hyserve.kernels.aot_check`` covers the kernels the model runs at batch 1 outside
 the DeltaNet (whose own check is ``hyserve.kernels.gated_delta_rule.aot_check``, same method and caveats):
 the GEMV with and without its fused norm and residual, the fused MoE router with and without the norm, the
-pairs gate_up and down kernels, the grouped down kernels' residual epilogues, at the model's shapes and
-tiles (bf16, PDL on). The CPU interpreter runs code the GPU compiler rejects (e.g. ``None`` passed to a
-helper, a scalar in a mask the other way round), so run this before spending device time on a change.
+pairs gate_up and down kernels and their options, the grouped down kernels' residual epilogues and the paged
+decode attention, at the model's shapes and tiles (bf16, PDL on). The CPU interpreter runs code the GPU
+compiler may reject, so run this before spending device time on a change; it is not the JIT's launch path,
+though (a ``None`` operand that failed at launch on the H200 compiled here), so it narrows the risk only.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import warnings
 
 import torch
 
+from hyserve.kernels.attention import triton_decode as attn
 from hyserve.kernels.gated_delta_rule.aot_check import BF, F32, FAILED, build
 from hyserve.kernels.linear import _plans
 from hyserve.kernels.linear import triton_kernel as gemv
@@ -73,6 +75,23 @@ def main() -> None:
     consts = dict(K_TOP=8, TP=16, BLOCK_M=16, BLOCK_H=64, BLOCK_K=128, NUM_K=4, EVEN=True, USE_DOT=True,
                   DOT_PREC="tf32", ADD_OUT=True, USE_PDL=True)  # fmt: skip
     build(triton_decode._down_reduce_kernel, red_types, consts, 4, 3, label="down_reduce add_out=1")
+    att_types = {"q_ptr": BF, "k_ptr": BF, "v_ptr": BF, "bt_ptr": I32, "seq_lens_ptr": I32, "cu_q_ptr": I32,
+                 "gate_ptr": BF, "out_ptr": BF, "part_o_ptr": F32, "part_lse_ptr": F32, "qk_scale": "fp32"}  # fmt: skip
+    for single in (0, 1):
+        consts = dict(G=8, G_PAD=16, D=256, BLOCK_D=256, BLOCK_N=64, PAGE=16, SINGLE=single, HAS_GATE=True,
+                      DOT_PREC="tf32", USE_PDL=True)  # fmt: skip
+        build(
+            attn._paged_decode_split_kernel,
+            att_types,
+            consts,
+            4,
+            2,
+            label=f"paged decode split single={single}",
+        )
+    red_att = {"part_o_ptr": F32, "part_lse_ptr": F32, "seq_lens_ptr": I32, "cu_q_ptr": I32, "gate_ptr": BF,
+               "out_ptr": BF}  # fmt: skip
+    build(attn._paged_decode_reduce_kernel, red_att, dict(D=256, BLOCK_D=256, BLOCK_N=64, S_PAD=16, HAS_GATE=True,
+          USE_PDL=True), 4, 1, label="paged decode reduce")  # fmt: skip
     block_d, rows, warps = rmsnorm.launch_shape(2048)
     norm_types = {"x_ptr": BF, "r_ptr": BF, "w_ptr": BF, "out_ptr": BF, "h_ptr": BF, "eps": "fp32"}
     build(rmsnorm._rms_norm_kernel, norm_types, dict(D=2048, BLOCK_D=block_d, ROWS=rows, HAS_RES=False,

@@ -65,16 +65,22 @@ def _paged_decode_split_kernel(
     DOT_PREC: tl.constexpr,
     USE_PDL: tl.constexpr,
 ):
-    wait_for_previous(USE_PDL)
     seq = tl.program_id(0).to(tl.int64)
     kvh = tl.program_id(1).to(tl.int64)
     split = tl.program_id(2)
 
+    # seq_lens, cu_seqlens_q and the block tables are the step's inputs, copied in before its first kernel
+    # (no kernel writes them): they and the first tile's block ids load while the previous kernel finishes
+    # (kernels/pdl.py); q and the K/V rows (the new token's written by the previous kernel) after the wait
     ctx = tl.load(seq_lens_ptr + seq).to(tl.int32)
     tok = tl.load(cu_q_ptr + seq).to(tl.int64)
     part = tl.cdiv(tl.cdiv(ctx, num_splits), BLOCK_N) * BLOCK_N
     start = split * part
     end = tl.minimum(start + part, ctx)
+    bt_row = bt_ptr + seq * stride_bt
+    offs_n = start + tl.arange(0, BLOCK_N)
+    blk = tl.load(bt_row + offs_n // PAGE, mask=offs_n < end, other=0).to(tl.int64)
+    wait_for_previous(USE_PDL)
 
     offs_g = tl.arange(0, G_PAD)
     offs_d = tl.arange(0, BLOCK_D)
@@ -92,11 +98,9 @@ def _paged_decode_split_kernel(
     acc = tl.zeros([G_PAD, BLOCK_D], tl.float32)
     k_base = k_ptr + kvh * stride_kh
     v_base = v_ptr + kvh * stride_vh
-    bt_row = bt_ptr + seq * stride_bt
     for n0 in range(start, end, BLOCK_N):
         offs_n = n0 + tl.arange(0, BLOCK_N)
         mask_n = offs_n < end
-        blk = tl.load(bt_row + offs_n // PAGE, mask=mask_n, other=0).to(tl.int64)
         in_page = (offs_n % PAGE).to(tl.int64)
         kv_mask = mask_n[:, None] & mask_d[None, :]
         k = tl.load(
@@ -117,6 +121,8 @@ def _paged_decode_split_kernel(
         )
         acc = tl.dot(p.to(v.dtype), v, acc * alpha[:, None], input_precision=DOT_PREC)
         m_i = m_new
+        nxt = offs_n + BLOCK_N  # the next tile's block ids (rotated: the first loaded before the wait)
+        blk = tl.load(bt_row + nxt // PAGE, mask=nxt < end, other=0).to(tl.int64)
 
     nonempty = l_i > 0.0
     o = acc / tl.where(nonempty, l_i, 1.0)[:, None]
@@ -162,12 +168,13 @@ def _paged_decode_reduce_kernel(
     HAS_GATE: tl.constexpr,
     USE_PDL: tl.constexpr,
 ):
-    wait_for_previous(USE_PDL)
     seq = tl.program_id(0).to(tl.int64)
     head = tl.program_id(1).to(tl.int64)
     num_heads = tl.num_programs(1)
+    # step inputs (see the split kernel) load before the wait; the partials and the gate after it
     ctx = tl.load(seq_lens_ptr + seq).to(tl.int32)
     tok = tl.load(cu_q_ptr + seq).to(tl.int64)
+    wait_for_previous(USE_PDL)
     part = tl.cdiv(tl.cdiv(ctx, num_splits), BLOCK_N) * BLOCK_N
     used = tl.cdiv(ctx, tl.maximum(part, 1))  # partitions holding keys (0 for an empty context)
 
