@@ -11,9 +11,10 @@ The contract of a kernel taking ``USE_PDL: tl.constexpr``: it calls ``wait_for_p
 its first store and before loading anything the previous kernel may write. The release comes right after
 the wait, so a kernel lets its successor start only once its own predecessor has completed: at most two
 kernels are resident at a time, and every kernel still sees the writes of all kernels before it. Before
-the wait a kernel may load what no kernel writes (weights) and what kernels at least two launches back
-wrote (they completed before the previous kernel passed its wait): the GEMV, the router and the MoE down
-kernel stream their first weight tiles there, and the DeltaNet step its state tile, so their ramp-up
+the wait a kernel may load what no kernel writes (weights; the step's inputs, copied in before its first
+kernel) and what kernels at least two launches back wrote (they completed before the previous kernel passed
+its wait): the GEMV, the router and the MoE down kernel stream their first weight tiles there, the DeltaNet
+step its state tile, the paged decode attention its sequence lengths and block ids, so their ramp-up
 overlaps the previous kernel's tail. Kernels launched without the attribute (cuBLAS,
 torch) keep the plain stream order, before and after. Under CUDA graphs the attribute becomes a
 programmatic edge of the captured graph.
