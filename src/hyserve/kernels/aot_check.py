@@ -16,6 +16,7 @@ import warnings
 import torch
 
 from hyserve.kernels.attention import triton_decode as attn
+from hyserve.kernels.attention import triton_store_kv as store_kv
 from hyserve.kernels.gated_delta_rule.aot_check import BF, F32, FAILED, build
 from hyserve.kernels.linear import _plans
 from hyserve.kernels.linear import triton_kernel as gemv
@@ -92,6 +93,9 @@ def main() -> None:
                "out_ptr": BF}  # fmt: skip
     build(attn._paged_decode_reduce_kernel, red_att, dict(D=256, BLOCK_D=256, BLOCK_N=64, S_PAD=16, HAS_GATE=True,
           USE_PDL=True), 4, 1, label="paged decode reduce")  # fmt: skip
+    kv_types = {"k_ptr": BF, "v_ptr": BF, "k_cache_ptr": BF, "v_cache_ptr": BF, "slot_ptr": "*i64"}
+    build(store_kv._store_kv_kernel, kv_types, dict(H=2, D=256, BLOCK_H=2, BLOCK_D=256, PAGE=16, USE_PDL=True), 4,
+          1, label="store_kv")  # fmt: skip
     block_d, rows, warps = rmsnorm.launch_shape(2048)
     norm_types = {"x_ptr": BF, "r_ptr": BF, "w_ptr": BF, "out_ptr": BF, "h_ptr": BF, "eps": "fp32"}
     build(rmsnorm._rms_norm_kernel, norm_types, dict(D=2048, BLOCK_D=block_d, ROWS=rows, HAS_RES=False,

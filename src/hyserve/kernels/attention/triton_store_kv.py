@@ -39,9 +39,11 @@ def _store_kv_kernel(
     PAGE: tl.constexpr,
     USE_PDL: tl.constexpr,
 ):
-    wait_for_previous(USE_PDL)
     tok = tl.program_id(0).to(tl.int64)
+    # the slot mapping is a step input (copied in before the step's first kernel, kernels/pdl.py): it loads
+    # while the previous kernel finishes, so the K/V loads it masks do not wait for it after the wait
     slot = tl.load(slot_ptr + tok).to(tl.int64)
+    wait_for_previous(USE_PDL)
     offs_h = tl.arange(0, BLOCK_H)
     offs_d = tl.arange(0, BLOCK_D)
     num_h = tl.where(slot >= 0, H, 0)  # a negative slot masks every head
