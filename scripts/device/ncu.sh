@@ -1,14 +1,12 @@
 #!/usr/bin/env bash
-# Hardware counters of the decode-path kernels (scripts/ncu_ops.py) on the GPU: DRAM throughput, occupancy,
-# stall reasons. Output: $OUT/ncu.txt; a one-line-per-kernel summary at the end.
+# Hardware counters of the batch-1 decode kernels (scripts/ncu_decode_kernels.py) on the H200: duration, DRAM
+# throughput, achieved vs theoretical occupancy, registers, and warp stalls by reason, one line per kernel.
+# Tries ncu first on a tiny program (it reads counters on the Firecracker runtime only, KINDS.md). ~2 min.
 set -u
-export PYTHONPATH=src PYTHONUNBUFFERED=1
-OUT=${OUT:-/tmp/out}
-NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu /usr/local/cuda/bin/ncu 2> /dev/null | head -n 1)
-echo "ncu: $NCU"
-timeout 400 "$NCU" --clock-control none --section SpeedOfLight --section Occupancy --section LaunchStats \
-  --section WarpStateStats --section MemoryWorkloadAnalysis \
-  -k "regex:gate_up|down_|route|gdn_decode|nvjet|gemv|rms_norm|splitK" python3 scripts/ncu_ops.py > "$OUT/ncu.txt" 2>&1
-echo "rc=$?"
-grep -E "^  [_a-zA-Z].*\(|Duration|DRAM Throughput|Achieved Occupancy|Registers Per|Grid Size|Block Limit (Registers|Shared)" \
-  "$OUT/ncu.txt" | sed 's/  \+/ /g' | cut -c1-110
+source "$(dirname "$0")/common.sh"
+ncu --version | tail -n 1
+TAILN=20 run ncu 300 ncu --clock-control none --target-processes all \
+  -k regex:'gemv|router|pairs|gdn|paged|store_kv|qk_norm' --csv --page raw \
+  --metrics "$(python3 scripts/ncu_decode_kernels.py --metrics)" python3 scripts/ncu_decode_kernels.py
+cp $W/ncu.log "$OUT/ncu.csv"
+python3 scripts/ncu_decode_kernels.py --summarize $W/ncu.log
