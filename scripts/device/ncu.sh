@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Hardware counters of the batch-1 decode kernels (scripts/ncu_decode_kernels.py) on the H200: duration, DRAM
 # throughput, achieved vs theoretical occupancy, registers, and warp stalls by reason, one line per kernel.
-# Tries ncu first on a tiny program (it reads counters on the Firecracker runtime only, KINDS.md). ~2 min.
+# ncu reads counters on the Firecracker runtime only (.library/device/KINDS.md): if it fails, that is why. ~2 min.
 set -u
 source "$(dirname "$0")/common.sh"
 ncu --version | tail -n 1
