@@ -22,6 +22,7 @@ from hyserve.kernels.linear import _plans
 from hyserve.kernels.linear import triton_kernel as gemv
 from hyserve.kernels.moe import routing, triton_decode, triton_pairs, triton_prefill
 from hyserve.kernels.moe.configs import get_plan
+from hyserve.kernels.qk_norm_rope import triton_kernel as qk_rope
 from hyserve.kernels.rmsnorm import triton_kernel as rmsnorm
 
 I32 = "*i32"
@@ -96,6 +97,10 @@ def main() -> None:
     kv_types = {"k_ptr": BF, "v_ptr": BF, "k_cache_ptr": BF, "v_cache_ptr": BF, "slot_ptr": "*i64"}
     build(store_kv._store_kv_kernel, kv_types, dict(H=2, D=256, BLOCK_H=2, BLOCK_D=256, PAGE=16, USE_PDL=True), 4,
           1, label="store_kv")  # fmt: skip
+    qk_types = {"q_ptr": BF, "k_ptr": BF, "qw_ptr": BF, "kw_ptr": BF, "cos_ptr": F32, "sin_ptr": F32,
+                "q_out_ptr": BF, "k_out_ptr": BF, "eps": "fp32"}  # fmt: skip
+    build(qk_rope._qk_norm_rope_kernel, qk_types, dict(HQ=16, HK=2, D=256, BLOCK_HQ=16, BLOCK_HK=2, BLOCK_D=256,
+          ROT=64, USE_PDL=True), 8, 1, label="qk_norm_rope")  # fmt: skip
     block_d, rows, warps = rmsnorm.launch_shape(2048)
     norm_types = {"x_ptr": BF, "r_ptr": BF, "w_ptr": BF, "out_ptr": BF, "h_ptr": BF, "eps": "fp32"}
     build(rmsnorm._rms_norm_kernel, norm_types, dict(D=2048, BLOCK_D=block_d, ROWS=rows, HAS_RES=False,

@@ -23,7 +23,8 @@ from hyserve.kernels.pdl import launch_options, wait_for_previous
 def _norm_rope_heads(
     in_ptr,
     out_ptr,
-    w_ptr,
+    w,
+    wp,
     cos,
     sin,
     tok,
@@ -36,6 +37,8 @@ def _norm_rope_heads(
     BLOCK_D: tl.constexpr,
     ROT: tl.constexpr,
 ):
+    """Norm + rotary of one token's H heads; w, wp: [BLOCK_D] ``1 + weight`` at each column and at its
+    rotation partner (loaded by the caller before the PDL wait)."""
     HALF: tl.constexpr = ROT // 2
     offs_h = tl.arange(0, BLOCK_H)
     cols = tl.arange(0, BLOCK_D)
@@ -44,7 +47,6 @@ def _norm_rope_heads(
     base = in_ptr + tok * stride_t + offs_h[:, None] * stride_h
     x = tl.load(base + cols[None, :], mask=mask, other=0.0).to(tl.float32)
     rstd = 1.0 / tl.sqrt(tl.sum(x * x, 1) / D + eps)
-    w = 1.0 + tl.load(w_ptr + cols, mask=col_ok, other=0.0).to(tl.float32)
     dtype = out_ptr.dtype.element_ty
     y = (x * rstd[:, None] * w[None, :]).to(dtype).to(tl.float32)
     # rotation partner of column d < ROT: d + HALF (first half, subtracted) or d - HALF (second half, added)
@@ -53,7 +55,6 @@ def _norm_rope_heads(
     partner = tl.where(first, cols + HALF, cols - HALF)
     partner = tl.where(in_rot, partner, cols)
     xp = tl.load(base + partner[None, :], mask=mask & in_rot[None, :], other=0.0).to(tl.float32)
-    wp = 1.0 + tl.load(w_ptr + partner, mask=in_rot, other=0.0).to(tl.float32)
     yp = (xp * rstd[:, None] * wp[None, :]).to(dtype).to(tl.float32)
     y = tl.where(
         in_rot[None, :], y * cos[None, :] + tl.where(first, -1.0, 1.0)[None, :] * yp * sin[None, :], y
@@ -87,18 +88,26 @@ def _qk_norm_rope_kernel(
     ROT: tl.constexpr,
     USE_PDL: tl.constexpr,
 ):
-    wait_for_previous(USE_PDL)
     tok = tl.program_id(0).to(tl.int64)
     cols = tl.arange(0, BLOCK_D)
     in_rot = cols < ROT
     freq = cols % (ROT // 2)
+    # cos/sin (computed at the start of the forward, many launches back) and the norm weights (and their
+    # values at the rotation partners) load while the previous kernel finishes (kernels/pdl.py)
     cos = tl.load(cos_ptr + tok * stride_ct + freq, mask=in_rot, other=1.0)
     sin = tl.load(sin_ptr + tok * stride_st + freq, mask=in_rot, other=0.0)
+    partner = tl.where(in_rot, tl.where(cols < ROT // 2, cols + ROT // 2, cols - ROT // 2), cols)
+    col_ok = cols < D
+    qw = 1.0 + tl.load(qw_ptr + cols, mask=col_ok, other=0.0).to(tl.float32)
+    kw = 1.0 + tl.load(kw_ptr + cols, mask=col_ok, other=0.0).to(tl.float32)
+    qwp = 1.0 + tl.load(qw_ptr + partner, mask=in_rot, other=0.0).to(tl.float32)
+    kwp = 1.0 + tl.load(kw_ptr + partner, mask=in_rot, other=0.0).to(tl.float32)
+    wait_for_previous(USE_PDL)
     _norm_rope_heads(
-        q_ptr, q_out_ptr, qw_ptr, cos, sin, tok, stride_qt, stride_qh, eps, HQ, D, BLOCK_HQ, BLOCK_D, ROT
+        q_ptr, q_out_ptr, qw, qwp, cos, sin, tok, stride_qt, stride_qh, eps, HQ, D, BLOCK_HQ, BLOCK_D, ROT
     )
     _norm_rope_heads(
-        k_ptr, k_out_ptr, kw_ptr, cos, sin, tok, stride_kt, stride_kh, eps, HK, D, BLOCK_HK, BLOCK_D, ROT
+        k_ptr, k_out_ptr, kw, kwp, cos, sin, tok, stride_kt, stride_kh, eps, HK, D, BLOCK_HK, BLOCK_D, ROT
     )
 
 
