@@ -10,10 +10,13 @@ of the layer: gate_up is E x N=2I x K=H, down is E x N=H x K=I). The file maps a
                                     # "router_be" sets the fused router's experts per program)
      "fused_router": true,          # optional: router GEMV fused into the routing kernel (T*k <= 1024)
      "large_routing": false,        # optional: the multi-kernel grouping even where one program could
+     "split_shared": false,         # optional, "pairs": the shared expert's gate_up in a launch of its own
+                                    # before the routed pairs', which then stream before their PDL wait
      "gate_up": {"BLOCK_I": 16, "BLOCK_K": 256, "num_warps": 4, "num_stages": 4},
      "down": {"BLOCK_H": 16, "BLOCK_K": 128, "num_warps": 4, "num_stages": 4}}
 
-``block_m < 16`` selects the GEMV (no tensor core) variants and requires ``down_mode == "reduce"``.
+``block_m < 16`` selects the GEMV (no tensor core) variants and requires ``down_mode == "reduce"``. The
+"pairs" kernels' ``gate_up`` / ``down`` configs may add ``REDUCE_EACH`` and ``PREFETCH`` (``triton_pairs``).
 Without a file, ``default_plan`` gives sane untuned values; ``tune.py`` writes the file on the H200.
 """
 

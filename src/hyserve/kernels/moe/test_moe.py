@@ -263,6 +263,7 @@ PATHS = {
     "prefill": lambda T: (small_plan(16, "scatter"), True),
     "pairs": lambda T: (pairs_plan(), False),
     "pairs_fused_router": lambda T: (pairs_plan(fused_router=True), False),
+    "pairs_split_shared": lambda T: (dict(pairs_plan(fused_router=True), split_shared=True), False),
 }
 
 

@@ -120,7 +120,11 @@ def fused_moe_triton(
             x = rt.normed_x if norm_weight is not None else x
         else:
             ids, weights = route_topk(F.linear(x, gate_weight), top_k, x.dtype)
-        h = gate_up_pairs(x, w_gate_up, sgu, sg, ids, weights, plan["gate_up"])
+        args = (x, w_gate_up, sgu, sg, ids, weights, plan["gate_up"])
+        if plan.get("split_shared") and sgu is not None:  # the routed launch streams before its wait
+            h = gate_up_pairs(*args, part="routed", h=gate_up_pairs(*args, part="shared"))
+        else:
+            h = gate_up_pairs(*args)
         res = down_pairs(h, w_down, sd, ids, plan["down"], out=target, add_out=add_out)
     else:
         res = _grouped(

@@ -43,7 +43,7 @@ def _gate_up_tile(acc_g, acc_u, wg, wu, x_row, k, km, REDUCE_EACH: tl.constexpr)
     return acc_g, acc_u
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["P0"])
 def _gate_up_pairs_kernel(
     x_ptr,
     w_ptr,
@@ -55,6 +55,7 @@ def _gate_up_pairs_kernel(
     T,
     H,
     I,
+    P0,
     stride_xt,
     stride_we,
     stride_wn,
@@ -65,12 +66,14 @@ def _gate_up_pairs_kernel(
     HAS_SHARED_GATE: tl.constexpr,
     REDUCE_EACH: tl.constexpr,
     PREFETCH: tl.constexpr,
+    LATE_WAIT: tl.constexpr,
     USE_PDL: tl.constexpr,
 ):
-    """REDUCE_EACH, PREFETCH: plan options (``cfg``), see ``gate_up_pairs``."""
-    wait_for_previous(USE_PDL)
+    """Pair p = P0 + program_id(1). REDUCE_EACH, PREFETCH, LATE_WAIT: see ``gate_up_pairs``."""
+    if not LATE_WAIT:
+        wait_for_previous(USE_PDL)
     n = tl.program_id(0)
-    p = tl.program_id(1)
+    p = tl.program_id(1) + P0
     N = T * K_TOP
     is_shared = p >= N
     pc = tl.minimum(p, N - 1)
@@ -125,6 +128,8 @@ def _gate_up_pairs_kernel(
     elif is_shared:
         wrow = 1.0
     h = g / (1.0 + tl.exp(-g)) * u * wrow
+    if LATE_WAIT:
+        wait_for_previous(USE_PDL)
     tl.store(h_ptr + p.to(tl.int64) * I + ii, h.to(h_ptr.dtype.element_ty), mask=imask)
 
 
@@ -249,20 +254,38 @@ def gate_up_pairs(
     topk_ids: torch.Tensor,
     topk_weights: torch.Tensor,
     cfg: dict,
+    part: str = "all",
+    h: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """-> h [T*k + T, I] (rows T*k.. for the shared expert, unused without one). cfg: BLOCK_I, BLOCK_K,
     num_warps, and two options (default off; ``moe.bench --pairs`` times them): REDUCE_EACH (reduce the
     products over K every tile instead of once at the end: fewer registers, more programs resident) and
-    PREFETCH (load the next tiles before multiplying this one: two tiles in flight a program)."""
+    PREFETCH (load the next tiles before multiplying this one: two tiles in flight a program).
+
+    ``part``: "all" pairs in one launch, or the shared expert's rows alone ("shared") and then the routed
+    pairs alone into the same ``h`` ("routed", launched right after "shared"). The routed launch then reads
+    only what kernels two launches back wrote (ids, weights and x from the routing), so under PDL it loads
+    and multiplies everything before its wait and waits only to store: its weight stream starts as soon
+    as the routing has finished, overlapping the shared expert's launch (the plan's ``split_shared``)."""
+    if part not in ("all", "shared", "routed"):
+        raise ValueError(f"part must be 'all', 'shared' or 'routed', got {part!r}")
     T, H = x.shape
     E, two_i, _ = w_gate_up.shape
     inter = two_i // 2
     k_top = topk_ids.shape[1]
     has_shared = shared_gate_up is not None
-    h = empty((T * k_top + T, inter), x.dtype, x.device)
+    if part != "all" and not has_shared:
+        raise ValueError("gate_up_pairs: part 'shared' / 'routed' needs a shared expert")
+    if h is None:
+        h = empty((T * k_top + T, inter), x.dtype, x.device)
     sw = shared_gate_up if has_shared else w_gate_up
     sg = shared_expert_gate if shared_expert_gate is not None else x
-    grid = (triton.cdiv(inter, cfg["BLOCK_I"]), T * k_top + (T if has_shared else 0))
+    first, count = {
+        "all": (0, T * k_top + (T if has_shared else 0)),
+        "shared": (T * k_top, T),
+        "routed": (0, T * k_top),
+    }[part]
+    grid = (triton.cdiv(inter, cfg["BLOCK_I"]), count)
     launch(
         _gate_up_pairs_kernel,
         grid,
@@ -276,6 +299,7 @@ def gate_up_pairs(
         T,
         H,
         inter,
+        first,
         x.stride(0),
         w_gate_up.stride(0),
         w_gate_up.stride(1),
@@ -286,6 +310,7 @@ def gate_up_pairs(
         HAS_SHARED_GATE=has_shared and shared_expert_gate is not None,
         REDUCE_EACH=bool(cfg.get("REDUCE_EACH", False)),
         PREFETCH=bool(cfg.get("PREFETCH", False)),
+        LATE_WAIT=part == "routed",
         num_warps=cfg.get("num_warps", 4),
         num_stages=cfg.get("num_stages", 1),
     )
