@@ -59,10 +59,11 @@ def main() -> None:
     }
     options = [(0, 0), (1, 0), (0, 1), (1, 1)]  # (REDUCE_EACH, PREFETCH)
     for red, pre in options:
-        consts = dict(K_TOP=8, BLOCK_I=gu["BLOCK_I"], BLOCK_K=gu["BLOCK_K"], HAS_SHARED_GATE=True, REDUCE_EACH=red,
-                      PREFETCH=pre, USE_PDL=True)  # fmt: skip
-        build(triton_pairs._gate_up_pairs_kernel, gu_types, consts, gu.get("num_warps", 4), 1,
-              label=f"pairs gate_up reduce_each={red} prefetch={pre}")  # fmt: skip
+        for late in (0, 1) if (red, pre) == (0, 0) else (0,):  # LATE_WAIT: the split_shared routed launch
+            consts = dict(K_TOP=8, BLOCK_I=gu["BLOCK_I"], BLOCK_K=gu["BLOCK_K"], HAS_SHARED_GATE=True,
+                          REDUCE_EACH=red, PREFETCH=pre, LATE_WAIT=late, USE_PDL=True)  # fmt: skip
+            build(triton_pairs._gate_up_pairs_kernel, gu_types, consts, gu.get("num_warps", 4), 1,
+                  label=f"pairs gate_up reduce_each={red} prefetch={pre} late_wait={late}")  # fmt: skip
     dn = plan["down"]
     dn_types = {"h_ptr": BF, "wd_ptr": BF, "swd_ptr": BF, "ids_ptr": I32, "out_ptr": BF}
     for red, pre in options:

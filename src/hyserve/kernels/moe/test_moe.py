@@ -459,37 +459,50 @@ def test_real_shapes_cuda(T: int, path: str) -> None:
 
 @pytest.mark.skipif(not CUDA, reason="needs CUDA")
 @pytest.mark.parametrize("T", [1, 4, 32])
-def test_cuda_graph_and_determinism(T: int, monkeypatch) -> None:
+@pytest.mark.parametrize("variant", ["plan", "split_shared", "norm_residual"])
+def test_cuda_graph_and_determinism(T: int, variant: str, monkeypatch) -> None:
     """Replays of a captured MoE match eager runs bit for bit, also when the input changes between replays
     and against plain launches (``HYSERVE_PDL=0``): a kernel reading the routing (or any input) before the
     previous kernel wrote it (the loads before the PDL wait, kernels/pdl.py) would compute with the previous
-    replay's experts."""
+    replay's experts. Variants: the tuned plan; with ``split_shared`` (the routed gate_up streams before its
+    wait); the decoder layer's call (the pre-norm in the router, the residual stream updated in place)."""
+    from hyserve.kernels.moe import triton_moe
+
+    if variant == "split_shared":
+        if T > 8:
+            pytest.skip("split_shared is a pairs-path (T <= 8) option")
+        real = triton_moe.get_plan
+        monkeypatch.setattr(triton_moe, "get_plan", lambda *a: dict(real(*a), split_shared=True))
     E, top_k, H, I = 256, 8, 2048, 512
     d = make_inputs(T, E, H, I, dtype=torch.bfloat16, device="cuda", realistic=True, seed=5)
-    args = (
-        d["x"],
-        d["gate_weight"],
-        d["w_gate_up"],
-        d["w_down"],
-        top_k,
-        d["shared_gate_up"],
-        d["shared_down"],
-    )
-    first = fused_moe(*args, d["shared_expert_gate"])
+    args = (d["gate_weight"], d["w_gate_up"], d["w_down"], top_k, d["shared_gate_up"], d["shared_down"])
+    norm_w = torch.randn(H, device="cuda", generator=torch.Generator(device="cuda").manual_seed(7)) * 0.1
+    norm_w = norm_w.to(torch.bfloat16)
+    xs = d["x"].clone()  # the captured input (and, for norm_residual, the residual stream it updates)
+
+    def call(x: torch.Tensor) -> torch.Tensor:
+        if variant == "norm_residual":
+            return fused_moe(x, *args, d["shared_expert_gate"], norm_weight=norm_w, norm_eps=1e-6, residual=x)
+        return fused_moe(x, *args, d["shared_expert_gate"])
+
+    first = call(d["x"].clone())
     g = torch.cuda.CUDAGraph()
     with torch.cuda.graph(g):
-        out = fused_moe(*args, d["shared_expert_gate"])
+        out = call(xs)
+    xs.copy_(d["x"])
     g.replay()
     torch.cuda.synchronize()
     assert torch.equal(out, first)
     gen = torch.Generator(device="cuda").manual_seed(6)
     for _ in range(4):
         x = torch.randn(T, H, device="cuda", generator=gen)
-        d["x"].copy_(x / x.pow(2).mean(-1, keepdim=True).sqrt())
+        x = (x / x.pow(2).mean(-1, keepdim=True).sqrt()).to(torch.bfloat16)
         monkeypatch.setenv("HYSERVE_PDL", "0")
-        expected = fused_moe(*args, d["shared_expert_gate"]).clone()
+        expected = call(x.clone()).clone()
         monkeypatch.delenv("HYSERVE_PDL")
-        out.fill_(float("nan"))
+        if variant != "norm_residual":
+            out.fill_(float("nan"))
+        xs.copy_(x)
         g.replay()
         torch.cuda.synchronize()
         assert torch.equal(out, expected)
