@@ -15,8 +15,8 @@ At T <= a few tokens the plan may pick ``"down_mode": "pairs"`` instead (``trito
 one gate_up and one down kernel over the (token, expert) pairs, no grouping). 3 launches at decode (4
 without the fused router), no host syncs (CUDA-graph safe), deterministic (no atomics). The decoder layer's
 pre-norm runs inside the fused router on the pairs path (which stores the normed x for the experts), else as
-the Triton ``rms_norm`` first; its residual add runs in the down kernel's (or the sum kernel's) epilogue. Tile plans come from
-``configs.get_plan`` (JSON per shape, by token bucket). T above PREFILL_CHUNK runs in chunks to bound
+the Triton ``rms_norm`` first; its residual add runs in the down kernel's (or the sum kernel's) epilogue.
+Tile plans come from ``configs.get_plan`` (JSON per shape, by token bucket). T above PREFILL_CHUNK runs in chunks to bound
 the [T*(k+1), H] intermediate of the prefill path.
 
 The kernels with more than one per-call size argument (token, pair and block counts) do not specialise on
