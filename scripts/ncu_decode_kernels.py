@@ -6,7 +6,8 @@ resident warps, or spills; the hardware counters do. This script launches each k
 launch, then the one to read) on fresh inputs, eagerly and without PDL, so each can be profiled alone:
 
     ncu --clock-control none -k regex:'gemv|router|pairs|gdn|paged|store_kv|qk_norm' --csv --page raw \\
-        --metrics "$(python3 scripts/ncu_decode_kernels.py --metrics)" python3 scripts/ncu_decode_kernels.py > ncu.csv
+        --metrics "$(python3 scripts/ncu_decode_kernels.py --metrics)" \\
+        python3 scripts/ncu_decode_kernels.py > ncu.csv
     python3 scripts/ncu_decode_kernels.py --summarize ncu.csv
 
 ``--summarize`` prints, per kernel (the second launch of each), its duration, DRAM throughput (% of peak),
