@@ -5,8 +5,11 @@ usage: python scripts/profile_decode.py --model DIR [--load-format dummy] [--bat
 
 For each batch size: prefill, settle into decode, time ``--steps`` steps (wall clock, like the engine
 runs them), then profile as many steps with ``torch.profiler`` (CUPTI reports each kernel of a replayed
-graph). Prints per kernel name: launches per step, microseconds per step, share of the step; then the
-sum of kernel time against the step time (the rest is gaps between kernels and host waits). With
+graph). Prints per kernel name: launches per step, microseconds per step, share of the step, and the
+microseconds it added to the timeline (its end past the previous kernel's: with PDL a kernel's duration
+includes its wait, so that column, not the duration, says where a step's time goes;
+``hyserve.bench.kernel_profile``); then the sum of kernel time against the step time (the rest is gaps
+between kernels and host waits). With
 ``--trace-dir`` the Chrome trace of each batch size is written there (the kernel order shows which op
 each kernel belongs to).
 """
@@ -87,7 +90,11 @@ def main() -> None:
             engine.step()
         rows = kernel_times(prof, ns.steps)
         kernel_us = sum(r[2] for r in rows)
-        print(f"\n== batch {b}: step {step_ms:.3f} ms wall, kernels {kernel_us / 1e3:.3f} ms per step")
+        busy_us = sum(r[3] for r in rows)
+        print(
+            f"\n== batch {b}: step {step_ms:.3f} ms wall, kernels {kernel_us / 1e3:.3f} ms per step "
+            f"(busy {busy_us / 1e3:.3f} ms: the 'added us' column)"
+        )
         print_kernel_table(rows, step_ms, ns.top)
         launches = sum(r[1] for r in rows)
         summary.append((b, step_ms, replay_ms, kernel_us / 1e3, launches))
