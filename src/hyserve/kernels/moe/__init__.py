@@ -37,6 +37,7 @@ def fused_moe(
     and, with a residual, the residual add in place, the residual returned)."""
     if residual is not None and residual.shape != x.shape:
         raise ValueError(f"residual {tuple(residual.shape)} must have x's shape {tuple(x.shape)}")
+    weights = (gate_weight, w_gate_up, w_down, top_k, shared_gate_up, shared_down, shared_expert_gate)
     if (
         triton_enabled(x, gate_weight, w_gate_up, w_down)
         and (residual is None or residual.is_contiguous())
@@ -51,31 +52,13 @@ def fused_moe(
         shape = x.shape
         out = fused_moe_triton(
             x.reshape(-1, shape[-1]),
-            gate_weight,
-            w_gate_up,
-            w_down,
-            top_k,
-            shared_gate_up,
-            shared_down,
-            shared_expert_gate,
+            *weights,
             norm_weight=norm_weight,
             norm_eps=norm_eps,
             residual=residual.view(-1, shape[-1]) if residual is not None else None,
         )
         return residual if residual is not None else out.reshape(shape)
-    return fused_moe_reference(
-        x,
-        gate_weight,
-        w_gate_up,
-        w_down,
-        top_k,
-        shared_gate_up,
-        shared_down,
-        shared_expert_gate,
-        norm_weight=norm_weight,
-        norm_eps=norm_eps,
-        residual=residual,
-    )
+    return fused_moe_reference(x, *weights, norm_weight=norm_weight, norm_eps=norm_eps, residual=residual)
 
 
 __all__ = ["fused_moe", "fused_moe_reference", "route_reference"]
