@@ -73,12 +73,9 @@ def linear(
         return linear_reference(x, weight, norm_weight=norm_weight, norm_eps=norm_eps, residual=residual)
     if norm_weight is not None:  # the Triton norm, then cuBLAS, whose epilogue adds the residual
         x = rms_norm(x, norm_weight, norm_eps)
-    if residual is None:
-        return linear_reference(x, weight)
-    r2 = residual.view(-1, weight.shape[0]) if residual.is_contiguous() else None
-    if r2 is None:
-        return residual.add_(linear_reference(x, weight))
-    r2.addmm_(x.reshape(-1, x.shape[-1]), weight.t())
+    if residual is None or not residual.is_contiguous():
+        return linear_reference(x, weight, residual=residual)
+    residual.view(-1, weight.shape[0]).addmm_(x.reshape(-1, x.shape[-1]), weight.t())
     return residual
 
 

@@ -6,7 +6,7 @@ Per T: the Triton op captured in a CUDA graph (how the engine runs decode; ``tri
 median, L2 flushed before every replay), the bytes that must move (distinct routed experts actually
 touched x expert bytes + the shared expert + the router + x and out), GB/s and % of 4.0 TB/s, TFLOP/s
 and % of 728 (2 * T * ((k+1) * 3HI + EH) flops), and the eager torch reference for comparison.
-``--pairs`` times the few-token kernels (``triton_pairs``) alone at T=1 for tile and ``num_stages`` variants:
+``--pairs`` times the few-token kernels (``triton_pairs``) alone at T=1 for tile and plan-option variants:
 a graph of one launch per layer over ``PAIRS_LAYERS`` layers of weights (so nothing is L2-resident and launch
 overheads overlap as in the decode step), microseconds per launch and % of the bytes' floor, outputs checked
 against the first variant. ``--breakdown`` adds the per-stage times (router GEMV, routing/grouping, gate_up, down) of the eager

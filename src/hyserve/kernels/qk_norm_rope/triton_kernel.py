@@ -25,6 +25,7 @@ def _norm_rope_heads(
     out_ptr,
     w,
     wp,
+    partner,
     cos,
     sin,
     tok,
@@ -38,7 +39,7 @@ def _norm_rope_heads(
     ROT: tl.constexpr,
 ):
     """Norm + rotary of one token's H heads; w, wp: [BLOCK_D] ``1 + weight`` at each column and at its
-    rotation partner (loaded by the caller before the PDL wait)."""
+    rotation ``partner`` column (loaded by the caller before the PDL wait)."""
     HALF: tl.constexpr = ROT // 2
     offs_h = tl.arange(0, BLOCK_H)
     cols = tl.arange(0, BLOCK_D)
@@ -49,11 +50,8 @@ def _norm_rope_heads(
     rstd = 1.0 / tl.sqrt(tl.sum(x * x, 1) / D + eps)
     dtype = out_ptr.dtype.element_ty
     y = (x * rstd[:, None] * w[None, :]).to(dtype).to(tl.float32)
-    # rotation partner of column d < ROT: d + HALF (first half, subtracted) or d - HALF (second half, added)
     in_rot = cols < ROT
-    first = cols < HALF
-    partner = tl.where(first, cols + HALF, cols - HALF)
-    partner = tl.where(in_rot, partner, cols)
+    first = cols < HALF  # the first half's partner is subtracted, the second half's added
     xp = tl.load(base + partner[None, :], mask=mask & in_rot[None, :], other=0.0).to(tl.float32)
     yp = (xp * rstd[:, None] * wp[None, :]).to(dtype).to(tl.float32)
     y = tl.where(
@@ -96,6 +94,7 @@ def _qk_norm_rope_kernel(
     # values at the rotation partners) load while the previous kernel finishes (kernels/pdl.py)
     cos = tl.load(cos_ptr + tok * stride_ct + freq, mask=in_rot, other=1.0)
     sin = tl.load(sin_ptr + tok * stride_st + freq, mask=in_rot, other=0.0)
+    # rotation partner of column d < ROT: d + ROT/2 (first half) or d - ROT/2 (second half)
     partner = tl.where(in_rot, tl.where(cols < ROT // 2, cols + ROT // 2, cols - ROT // 2), cols)
     col_ok = cols < D
     qw = 1.0 + tl.load(qw_ptr + cols, mask=col_ok, other=0.0).to(tl.float32)
@@ -104,10 +103,40 @@ def _qk_norm_rope_kernel(
     kwp = 1.0 + tl.load(kw_ptr + partner, mask=in_rot, other=0.0).to(tl.float32)
     wait_for_previous(USE_PDL)
     _norm_rope_heads(
-        q_ptr, q_out_ptr, qw, qwp, cos, sin, tok, stride_qt, stride_qh, eps, HQ, D, BLOCK_HQ, BLOCK_D, ROT
+        q_ptr,
+        q_out_ptr,
+        qw,
+        qwp,
+        partner,
+        cos,
+        sin,
+        tok,
+        stride_qt,
+        stride_qh,
+        eps,
+        HQ,
+        D,
+        BLOCK_HQ,
+        BLOCK_D,
+        ROT,
     )
     _norm_rope_heads(
-        k_ptr, k_out_ptr, kw, kwp, cos, sin, tok, stride_kt, stride_kh, eps, HK, D, BLOCK_HK, BLOCK_D, ROT
+        k_ptr,
+        k_out_ptr,
+        kw,
+        kwp,
+        partner,
+        cos,
+        sin,
+        tok,
+        stride_kt,
+        stride_kh,
+        eps,
+        HK,
+        D,
+        BLOCK_HK,
+        BLOCK_D,
+        ROT,
     )
 
 
