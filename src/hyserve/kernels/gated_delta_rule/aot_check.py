@@ -1,4 +1,5 @@
-"""Compile the GDN kernels for sm_90 without a GPU: compile errors, registers, spills, shared memory.
+"""Compile the GDN kernels for sm_90 without a GPU: compile errors, registers, spills, shared memory, and
+the PTX's barriers and load order (``_ptx_order``).
 
 ``PYTHONPATH=src python -m hyserve.kernels.gated_delta_rule.aot_check`` (any machine with the Triton wheel,
 whose NVIDIA backend bundles ptxas). Arguments are specialised as the JIT does at launch (16-byte aligned
@@ -62,7 +63,22 @@ def build(fn, types: dict, consts: dict, num_warps: int = 4, num_stages: int = 3
     wgmma = k.asm["ttgir"].count("warp_group_dot")
     print(
         f"ok   {name:44s} warps={num_warps} smem={k.metadata.shared:6d} wgmma={wgmma:2d}  {_resources(k.asm['cubin'])}"
+        f"  {_ptx_order(k.asm['ptx'])}"
     )
+
+
+def _ptx_order(ptx: str) -> str:
+    """Latency hints from the PTX: CTA barriers, and the global loads issued before the PDL wait and before
+    the first atomic (an acq_rel ticket orders the loads after it behind a round trip), of all of them."""
+    lines = ptx.splitlines()
+    loads = [i for i, line in enumerate(lines) if "ld.global" in line]
+
+    def before(marker: str) -> str:
+        at = next((i for i, line in enumerate(lines) if marker in line), None)
+        return "-" if at is None else str(sum(i < at for i in loads))
+
+    bars = sum("bar.sync" in line for line in lines)
+    return f"bar={bars} ld={len(loads)} ld<wait={before('griddepcontrol.wait')} ld<atom={before('atom.')}"
 
 
 def main() -> None:
