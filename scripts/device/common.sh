@@ -2,6 +2,11 @@
 # folder $W, the model $M, and `run NAME LIMIT CMD...`: CMD under `timeout LIMIT` with its output in
 # $W/NAME.log; prints the exit code, the seconds and the log's last $TAILN (3) lines.
 export PYTHONPATH=/tmp/site:src PYTHONUNBUFFERED=1
+# A fresh machine has no server wheels; the carried .whl folder has them (README "On the H200").
+if [ ! -d /tmp/site/fastapi ] && ls .whl/*.whl > /dev/null 2>&1; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+    > /dev/null 2>&1
+fi
 OUT=${OUT:-/tmp/out}
 W=/tmp/w; mkdir -p $W
 M=configs/Qwen3.6-35B-A3B
