@@ -34,7 +34,8 @@ def main() -> None:
     for shape, plan in _plans().items():
         if not isinstance(plan, dict):
             continue
-        for norm, res, red, pf in ((0, 0, 0, 0), (1, 0, 0, 0), (0, 1, 0, 0), (1, 0, 1, 0), (0, 1, 1, 0), (1, 0, 0, 2)):
+        variants = ((0, 0, 0, 0), (1, 0, 0, 0), (0, 1, 0, 0), (1, 0, 1, 0), (0, 1, 1, 0), (1, 0, 0, 2))
+        for norm, res, red, pf in variants:  # HAS_NORM, HAS_RES, REDUCE_EACH, PREFETCH_L2
             consts = dict(BLOCK_M=1, BLOCK_N=plan["BLOCK_N"], BLOCK_K=plan["BLOCK_K"], HAS_NORM=norm, HAS_RES=res,
                           REDUCE_EACH=red, PF_ROWS=pf * plan["BLOCK_N"], USE_PDL=True)  # fmt: skip
             build(gemv._gemv_kernel, gemv_types, consts, plan.get("num_warps", 4), 1,
