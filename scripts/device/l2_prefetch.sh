@@ -2,26 +2,25 @@
 # The bulk L2 prefetch (kernels/l2_prefetch.py) on the H200, one call (~8 min; carry .whl):
 # 1. the GPU tests of the option (GEMV, pairs MoE, graph replays);
 # 2. the B=1 decode profile with the committed plans, then with PREFETCH_L2 switched on in gemv.json /
-#    the MoE T=1 bucket (edited on the device; the variants below, cumulative where named so);
+#    the MoE T=1 bucket (edited on the device: the variants below);
 # 3. the HTTP table and the full-size verify with the fastest variant's plans (its JSONs come back in $OUT).
 set -u
 source "$(dirname "$0")/common.sh"
 MOE=src/hyserve/kernels/moe/configs/E256_H2048_I512_bfloat16.json
 GEMV=src/hyserve/kernels/linear/configs/gemv.json
-run pytest 150 python3 -m pytest -q -p no:cacheprovider src/hyserve/kernels/linear \
+run pytest 120 python3 -m pytest -q -p no:cacheprovider src/hyserve/kernels/linear \
   src/hyserve/kernels/moe/test_moe.py -k "gemv or pairs_kernel_options or cuda_graph"
 grep -E "^FAILED|^E " $W/pytest.log | head -n 12
 cp $MOE $W/moe.json; cp $GEMV $W/gemv.json
-# variant NAME GEMV_SHAPES(S per shape, "shape=S,...") MOE_T1(0/1)
+# variant NAME GEMV_SHAPES(S per shape, "shape=S,...") MOE_T1 (0, 1: gate_up and down, gu, dn)
 variant() { python3 - "$2" "$3" <<'PY'
 import json, sys
 g = json.load(open("/tmp/w/gemv.json")); m = json.load(open("/tmp/w/moe.json"))
 for item in filter(None, sys.argv[1].split(",")):
     shape, s = item.split("=")
     g["plans"][shape]["PREFETCH_L2"] = int(s)
-if sys.argv[2] == "1":
-    for part in ("gate_up", "down"):
-        m["buckets"]["1"][part]["PREFETCH_L2"] = 1
+for part in {"1": ("gate_up", "down"), "gu": ("gate_up",), "dn": ("down",)}.get(sys.argv[2], ()):
+    m["buckets"]["1"][part]["PREFETCH_L2"] = 1
 json.dump(g, open("src/hyserve/kernels/linear/configs/gemv.json", "w"), indent=1)
 json.dump(m, open("src/hyserve/kernels/moe/configs/E256_H2048_I512_bfloat16.json", "w"), indent=1)
 PY
@@ -36,6 +35,8 @@ variant base "" 0
 variant oproj1 "2048x4096=1" 0
 variant oproj2 "2048x4096=2" 0
 variant moe "" 1
+variant moe_gu "" gu
+variant moe_dn "" dn
 variant oproj2_moe "2048x4096=2" 1
 variant all2_moe "2048x4096=2,12352x2048=1,9216x2048=1" 1
 variant base_again "" 0
