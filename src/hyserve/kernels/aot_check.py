@@ -34,12 +34,11 @@ def main() -> None:
     for shape, plan in _plans().items():
         if not isinstance(plan, dict):
             continue
-        variants = ((0, 0, 0, 0), (1, 0, 0, 0), (0, 1, 0, 0), (1, 0, 1, 0), (0, 1, 1, 0), (1, 0, 0, 2))
-        for norm, res, red, pf in variants:  # HAS_NORM, HAS_RES, REDUCE_EACH, PREFETCH_L2
+        for norm, res, red in ((0, 0, 0), (1, 0, 0), (0, 1, 0), (1, 0, 1), (0, 1, 1)):
             consts = dict(BLOCK_M=1, BLOCK_N=plan["BLOCK_N"], BLOCK_K=plan["BLOCK_K"], HAS_NORM=norm, HAS_RES=res,
-                          REDUCE_EACH=red, PF_ROWS=pf * plan["BLOCK_N"], USE_PDL=True)  # fmt: skip
+                          REDUCE_EACH=red, USE_PDL=True)  # fmt: skip
             build(gemv._gemv_kernel, gemv_types, consts, plan.get("num_warps", 4), 1,
-                  label=f"gemv {shape} norm={norm} res={res} reduce_each={red} l2={pf}")  # fmt: skip
+                  label=f"gemv {shape} norm={norm} res={res} reduce_each={red}")  # fmt: skip
     plan = get_plan(1, 256, 2048, 512, 8, torch.bfloat16)
     router_types = {"x_ptr": BF, "nw_ptr": BF, "xn_ptr": BF, "eps": "fp32", "gw_ptr": BF, "scratch_ptr": F32,
                     "counter_ptr": I32, "ids_ptr": I32, "w_ptr": F32, "sorted_ptr": I32, "meta_ptr": I32}  # fmt: skip
@@ -58,20 +57,20 @@ def main() -> None:
         "topk_w_ptr": F32,
         "h_ptr": BF,
     }
-    options = [(0, 0, 0), (1, 0, 0), (0, 1, 0), (1, 1, 0), (0, 0, 1)]  # (REDUCE_EACH, PREFETCH, PREFETCH_L2)
-    for red, pre, l2 in options:
+    options = [(0, 0), (1, 0), (0, 1), (1, 1)]  # (REDUCE_EACH, PREFETCH)
+    for red, pre in options:
         for late in (0, 1) if (red, pre) == (0, 0) else (0,):  # LATE_WAIT: the split_shared routed launch
             consts = dict(K_TOP=8, BLOCK_I=gu["BLOCK_I"], BLOCK_K=gu["BLOCK_K"], HAS_SHARED_GATE=True,
-                          REDUCE_EACH=red, PREFETCH=pre, PREFETCH_L2=l2, LATE_WAIT=late, USE_PDL=True)  # fmt: skip
+                          REDUCE_EACH=red, PREFETCH=pre, LATE_WAIT=late, USE_PDL=True)  # fmt: skip
             build(triton_pairs._gate_up_pairs_kernel, gu_types, consts, gu.get("num_warps", 4), 1,
-                  label=f"pairs gate_up reduce_each={red} prefetch={pre} l2={l2} late_wait={late}")  # fmt: skip
+                  label=f"pairs gate_up reduce_each={red} prefetch={pre} late_wait={late}")  # fmt: skip
     dn = plan["down"]
     dn_types = {"h_ptr": BF, "wd_ptr": BF, "swd_ptr": BF, "ids_ptr": I32, "out_ptr": BF}
-    for red, pre, l2 in options:
+    for red, pre in options:
         consts = dict(K_TOP=8, KP=8, BLOCK_H=dn["BLOCK_H"], BLOCK_I=dn["BLOCK_I"], HAS_SHARED=True, ADD_OUT=True,
-                      REDUCE_EACH=red, PREFETCH=pre, PREFETCH_L2=l2, USE_PDL=True)  # fmt: skip
+                      REDUCE_EACH=red, PREFETCH=pre, USE_PDL=True)  # fmt: skip
         build(triton_pairs._down_pairs_kernel, dn_types, consts, dn.get("num_warps", 4), 1,
-              label=f"pairs down reduce_each={red} prefetch={pre} l2={l2}")  # fmt: skip
+              label=f"pairs down reduce_each={red} prefetch={pre}")  # fmt: skip
     sum_types = {"y_ptr": BF, "out_ptr": BF}
     build(triton_prefill._sum_kernel, sum_types, dict(K_TOP=8, HAS_SHARED=True, BLOCK_T=1, BLOCK_H=256,
           ADD_OUT=True, USE_PDL=True), 2, 1, label="scatter sum add_out=1")  # fmt: skip

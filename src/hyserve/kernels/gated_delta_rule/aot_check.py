@@ -69,8 +69,7 @@ def build(fn, types: dict, consts: dict, num_warps: int = 4, num_stages: int = 3
 
 def _ptx_order(ptx: str) -> str:
     """Latency hints from the PTX: CTA barriers, and the global loads issued before the PDL wait and before
-    the first atomic (an acq_rel ticket orders the loads after it behind a round trip), of all of them; and
-    the bulk L2 prefetches, if any, with those before the PDL wait."""
+    the first atomic (an acq_rel ticket orders the loads after it behind a round trip), of all of them."""
     lines = ptx.splitlines()
     loads = [i for i, line in enumerate(lines) if "ld.global" in line]
 
@@ -79,12 +78,7 @@ def _ptx_order(ptx: str) -> str:
         return "-" if at is None else str(sum(i < at for i in loads))
 
     bars = sum("bar.sync" in line for line in lines)
-    out = f"bar={bars} ld={len(loads)} ld<wait={before('griddepcontrol.wait')} ld<atom={before('atom.')}"
-    pf = [i for i, line in enumerate(lines) if "cp.async.bulk.prefetch" in line]
-    if pf:  # L2 prefetches (kernels/l2_prefetch.py): how many, and how many ahead of the PDL wait
-        wait = next((i for i, line in enumerate(lines) if "griddepcontrol.wait" in line), len(lines))
-        out += f" l2pf={len(pf)} l2pf<wait={sum(i < wait for i in pf)}"
-    return out
+    return f"bar={bars} ld={len(loads)} ld<wait={before('griddepcontrol.wait')} ld<atom={before('atom.')}"
 
 
 def main() -> None:

@@ -57,8 +57,6 @@ DTYPES = [torch.float32, torch.float16] + ([torch.bfloat16] if CUDA else [])
         {"BLOCK_N": 4, "BLOCK_K": 32},
         {"BLOCK_N": 16, "BLOCK_K": 64, "num_warps": 8},
         {"BLOCK_N": 4, "BLOCK_K": 32, "REDUCE_EACH": 1},
-        {"BLOCK_N": 4, "BLOCK_K": 32, "PREFETCH_L2": 1},
-        {"BLOCK_N": 2, "BLOCK_K": 32, "PREFETCH_L2": 3},
     ],
 )
 def test_gemv_matches_reference(shape, dtype, cfg):
@@ -97,15 +95,6 @@ def test_gemv_fused_norm_and_residual(shape, dtype, fuse, reduce_each):
     assert not got.isnan().any()
     base = r if r is not None else torch.zeros_like(got)
     assert _rel(got.double() - base.double(), want.double() - base.double()) < TOL[dtype]
-
-
-def test_gemv_l2_prefetch_on_a_strided_weight():
-    """W a column slice of a wider matrix (rows not contiguous): the L2 prefetch, which asks for whole rows
-    as one block, is left out and the product is still right."""
-    x, wide = _inputs(1, 24, 96, torch.float32, seed=7)
-    w = wide[:, :64]
-    got = gemv_triton(x[:, :64].contiguous(), w, {"BLOCK_N": 4, "BLOCK_K": 32, "PREFETCH_L2": 2})
-    assert _rel(got, linear_reference(x[:, :64].contiguous(), w)) < TOL[torch.float32]
 
 
 def test_linear_reference_norm_and_residual():

@@ -17,11 +17,6 @@ result is added to it in place. The norm needs the whole row's mean square, whic
 normalised x is never rounded to x's dtype (the unfused path rounds it once: a difference of that rounding,
 not of the math). The residual add happens in fp32 before the one cast; each program reads and writes only
 its own columns, so the residual may be the output.
-
-With ``PREFETCH_L2`` (plan option, S programs' rows per request) the first cdiv(grid, S) programs ask the
-L2 for S * BLOCK_N whole rows of W before the PDL wait (``kernels/l2_prefetch.py``): the weight streams in
-while the previous kernel (often latency-bound: the DeltaNet step, attention) finishes, not only the first
-tile of the resident programs.
 """
 
 from __future__ import annotations
@@ -30,8 +25,6 @@ import torch
 import triton
 import triton.language as tl
 
-from hyserve.kernels import l2_prefetch
-from hyserve.kernels.l2_prefetch import prefetch_l2
 from hyserve.kernels.linear import GEMV_MAX_ROWS
 from hyserve.kernels.pdl import launch_options, wait_for_previous
 
@@ -76,15 +69,9 @@ def _gemv_kernel(
     HAS_NORM: tl.constexpr,
     HAS_RES: tl.constexpr,
     REDUCE_EACH: tl.constexpr,
-    PF_ROWS: tl.constexpr,
     USE_PDL: tl.constexpr,
 ):
     pid = tl.program_id(0)
-    if PF_ROWS > 0:  # rows [pid * PF_ROWS, +PF_ROWS) of W (contiguous) to L2
-        r0 = pid.to(tl.int64) * PF_ROWS
-        if r0 < N:
-            nbytes = tl.minimum(N - r0, PF_ROWS) * K * (w_ptr.dtype.element_ty.primitive_bitwidth // 8)
-            prefetch_l2(w_ptr + r0 * K, nbytes, True)
     rm = tl.arange(0, BLOCK_M)
     rn = pid * BLOCK_N + tl.arange(0, BLOCK_N)
     mm = rm < M
@@ -146,9 +133,7 @@ def gemv_triton(
     residual [M, N] (N contiguous) and no ``out``, the result is written into the residual and returned.
     cfg: BLOCK_N, BLOCK_K (for one row; divided by M's next power of two), num_warps, REDUCE_EACH (optional:
     reduce the products over K every tile, not once at the end: a [BLOCK_N] accumulator instead of
-    [BLOCK_N, BLOCK_K], so more programs fit an SM), PREFETCH_L2 (optional, an int S >= 1: the first
-    programs ask the L2 for S programs' rows each before the PDL wait; CUDA sm_90+ and a contiguous,
-    16-byte aligned W only, else ignored)."""
+    [BLOCK_N, BLOCK_K], so more programs fit an SM)."""
     M, K = x.shape
     N = weight.shape[0]
     if M > GEMV_MAX_ROWS or x.stride(1) != 1 or weight.stride(1) != 1:
@@ -167,13 +152,6 @@ def gemv_triton(
         return out
     block_m = triton.next_power_of_2(M)
     block_k = max(16, cfg["BLOCK_K"] // block_m)  # the same accumulator size for any M
-    pf_rows = int(cfg.get("PREFETCH_L2", 0)) * cfg["BLOCK_N"]
-    if pf_rows and not (
-        l2_prefetch.enabled(x)
-        and weight.is_contiguous()
-        and l2_prefetch.aligned(weight, K * weight.element_size())
-    ):
-        pf_rows = 0
     _gemv_kernel[(triton.cdiv(N, cfg["BLOCK_N"]),)](
         x,
         weight,
@@ -194,7 +172,6 @@ def gemv_triton(
         HAS_NORM=norm_weight is not None,
         HAS_RES=residual is not None,
         REDUCE_EACH=bool(cfg.get("REDUCE_EACH", False)),
-        PF_ROWS=pf_rows,
         num_warps=cfg.get("num_warps", 4),
         **launch_options(x),
     )

@@ -25,8 +25,6 @@ import torch
 import triton
 import triton.language as tl
 
-from hyserve.kernels import l2_prefetch
-from hyserve.kernels.l2_prefetch import prefetch_l2
 from hyserve.kernels.moe.workspace import empty, launch
 from hyserve.kernels.pdl import wait_for_previous
 
@@ -68,32 +66,21 @@ def _gate_up_pairs_kernel(
     HAS_SHARED_GATE: tl.constexpr,
     REDUCE_EACH: tl.constexpr,
     PREFETCH: tl.constexpr,
-    PREFETCH_L2: tl.constexpr,
     LATE_WAIT: tl.constexpr,
     USE_PDL: tl.constexpr,
 ):
-    """Pair p = P0 + program_id(1). REDUCE_EACH, PREFETCH, PREFETCH_L2, LATE_WAIT: see ``gate_up_pairs``."""
+    """Pair p = P0 + program_id(1). REDUCE_EACH, PREFETCH, LATE_WAIT: see ``gate_up_pairs``."""
+    if not LATE_WAIT:
+        wait_for_previous(USE_PDL)
     n = tl.program_id(0)
     p = tl.program_id(1) + P0
     N = T * K_TOP
     is_shared = p >= N
-    # the slice's gate rows [n*BLOCK_I, +BLOCK_I) and up rows [I + n*BLOCK_I, +BLOCK_I): bytes of each
-    slice_bytes = tl.minimum(I - n * BLOCK_I, BLOCK_I) * H * (w_ptr.dtype.element_ty.primitive_bitwidth // 8)
-    if PREFETCH_L2:  # the shared expert's slice depends on no kernel: to L2 before the wait
-        if is_shared:
-            prefetch_l2(sw_ptr + (n * BLOCK_I).to(tl.int64) * stride_sn, slice_bytes, True)
-            prefetch_l2(sw_ptr + (I + n * BLOCK_I).to(tl.int64) * stride_sn, slice_bytes, True)
-    if not LATE_WAIT:
-        wait_for_previous(USE_PDL)
     pc = tl.minimum(p, N - 1)
     tok = tl.where(is_shared, p - N, p // K_TOP).to(tl.int64)
     e = tl.load(ids_ptr + pc).to(tl.int64)
     wbase = tl.where(is_shared, sw_ptr, w_ptr + e * stride_we)
     stride_n = tl.where(is_shared, stride_sn, stride_wn)
-    if PREFETCH_L2:  # a routed pair's whole slice in flight at once, not a tile per iteration
-        if not is_shared:
-            prefetch_l2(wbase + (n * BLOCK_I).to(tl.int64) * stride_n, slice_bytes, True)
-            prefetch_l2(wbase + (I + n * BLOCK_I).to(tl.int64) * stride_n, slice_bytes, True)
 
     ii = n * BLOCK_I + tl.arange(0, BLOCK_I)
     imask = ii < I
@@ -188,25 +175,14 @@ def _down_pairs_kernel(
     ADD_OUT: tl.constexpr,
     REDUCE_EACH: tl.constexpr,
     PREFETCH: tl.constexpr,
-    PREFETCH_L2: tl.constexpr,
     USE_PDL: tl.constexpr,
 ):
     """Grid (cdiv(H, BLOCK_H), T). The expert ids come from the routing, two launches back (the gate_up
-    kernel runs between), and the weights are no kernel's output: both load, with the first weight tiles
-    (PREFETCH_L2: and the whole slices to L2), while the gate_up kernel finishes; its h only after the wait
-    (kernels/pdl.py)."""
+    kernel runs between), and the weights are no kernel's output: both load, with the first weight tiles,
+    while the gate_up kernel finishes; its h only after the wait (kernels/pdl.py)."""
     hb = tl.program_id(0)
     t = tl.program_id(1)
     N = T * K_TOP
-    if PREFETCH_L2:  # rows [hb*BLOCK_H, +BLOCK_H) of each expert's W_down [H, I] (rows contiguous)
-        rows_bytes = (
-            tl.minimum(H - hb * BLOCK_H, BLOCK_H) * I * (wd_ptr.dtype.element_ty.primitive_bitwidth // 8)
-        )
-        for jj in tl.static_range(K_TOP):
-            ej = tl.load(ids_ptr + t * K_TOP + jj).to(tl.int64)
-            prefetch_l2(wd_ptr + ej * stride_we + (hb * BLOCK_H).to(tl.int64) * stride_wh, rows_bytes, True)
-        if HAS_SHARED:
-            prefetch_l2(swd_ptr + (hb * BLOCK_H).to(tl.int64) * stride_sh, rows_bytes, True)
     j = tl.arange(0, KP)
     jm = j < K_TOP
     e = tl.load(ids_ptr + t * K_TOP + j, mask=jm, other=0).to(tl.int64)
@@ -282,11 +258,9 @@ def gate_up_pairs(
     h: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """-> h [T*k + T, I] (rows T*k.. for the shared expert, unused without one). cfg: BLOCK_I, BLOCK_K,
-    num_warps, and three options (default off; ``moe.bench --pairs`` times them): REDUCE_EACH (reduce the
-    products over K every tile instead of once at the end: fewer registers, more programs resident),
-    PREFETCH (load the next tiles before multiplying this one: two tiles in flight a program) and
-    PREFETCH_L2 (ask the L2 for the program's whole gate and up slices first, the shared expert's before
-    the PDL wait; ``kernels/l2_prefetch.py``; CUDA sm_90+ with rows contiguous and 16-byte aligned only).
+    num_warps, and two options (default off; ``moe.bench --pairs`` times them): REDUCE_EACH (reduce the
+    products over K every tile instead of once at the end: fewer registers, more programs resident) and
+    PREFETCH (load the next tiles before multiplying this one: two tiles in flight a program).
 
     ``part``: "all" pairs in one launch, or the shared expert's rows alone ("shared") and then the routed
     pairs alone into the same ``h`` ("routed", launched right after "shared"). The routed launch then reads
@@ -336,7 +310,6 @@ def gate_up_pairs(
         HAS_SHARED_GATE=has_shared and shared_expert_gate is not None,
         REDUCE_EACH=bool(cfg.get("REDUCE_EACH", False)),
         PREFETCH=bool(cfg.get("PREFETCH", False)),
-        PREFETCH_L2=bool(cfg.get("PREFETCH_L2", False)) and _l2_ok(x, w_gate_up, sw),
         LATE_WAIT=part == "routed",
         num_warps=cfg.get("num_warps", 4),
         num_stages=cfg.get("num_stages", 1),
@@ -355,8 +328,7 @@ def down_pairs(
 ) -> torch.Tensor:
     """h [T*k + T, I] -> out [T, H] (the weighted sum over the k experts plus the shared expert); with
     ``add_out`` the result is added to out's contents (the residual stream). cfg: BLOCK_H, BLOCK_I,
-    num_warps, and REDUCE_EACH / PREFETCH / PREFETCH_L2 as in ``gate_up_pairs`` (default off; PREFETCH_L2
-    asks for the k experts' and the shared expert's BLOCK_H rows before the PDL wait)."""
+    num_warps, and REDUCE_EACH / PREFETCH as in ``gate_up_pairs`` (default off)."""
     T, k_top = topk_ids.shape
     E, H, inter = w_down.shape
     if out is None:
@@ -386,18 +358,7 @@ def down_pairs(
         ADD_OUT=add_out,
         REDUCE_EACH=bool(cfg.get("REDUCE_EACH", False)),
         PREFETCH=bool(cfg.get("PREFETCH", False)),
-        PREFETCH_L2=bool(cfg.get("PREFETCH_L2", False)) and _l2_ok(h, w_down, sd),
         num_warps=cfg.get("num_warps", 4),
         num_stages=cfg.get("num_stages", 1),
     )
     return out
-
-
-def _l2_ok(x: torch.Tensor, *weights: torch.Tensor) -> bool:
-    """Whether the L2 prefetch may run: sm_90+, and each weight's rows (last dim) contiguous, 16-byte aligned."""
-    return l2_prefetch.enabled(x) and all(
-        w.stride(-1) == 1
-        and w.stride(-2) == w.shape[-1]
-        and l2_prefetch.aligned(w, w.stride(-2) * w.element_size(), w.stride(0) * w.element_size())
-        for w in weights
-    )
