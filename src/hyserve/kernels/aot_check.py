@@ -43,10 +43,11 @@ def main() -> None:
     router_types = {"x_ptr": BF, "nw_ptr": BF, "xn_ptr": BF, "eps": "fp32", "gw_ptr": BF, "scratch_ptr": F32,
                     "counter_ptr": I32, "ids_ptr": I32, "w_ptr": F32, "sorted_ptr": I32, "meta_ptr": I32}  # fmt: skip
     be = plan.get("router_be", 8)
-    for norm in (False, True):
+    for norm, route in ((False, True), (True, True), (True, False)):
         consts = dict(K=8, KP=8, TP=1, EP=256, BE=be, BK=8192 // be, BLOCK_M=16, ROUND=1, HAS_SHARED=False,
-                      USE_DOT=False, DOT_PREC="tf32", GROUP=False, HAS_NORM=norm, USE_PDL=True)  # fmt: skip
-        build(routing._router_route_kernel, router_types, consts, 4, 1, label=f"router T=1 norm={int(norm)}")
+                      USE_DOT=False, DOT_PREC="tf32", GROUP=False, HAS_NORM=norm, ROUTE=route, USE_PDL=True)  # fmt: skip
+        build(routing._router_route_kernel, router_types, consts, 4, 1,
+              label=f"router T=1 norm={int(norm)} route={int(route)}")  # fmt: skip
     gu = plan["gate_up"]
     gu_types = {
         "x_ptr": BF,
@@ -57,20 +58,22 @@ def main() -> None:
         "topk_w_ptr": F32,
         "h_ptr": BF,
     }
-    options = [(0, 0), (1, 0), (0, 1), (1, 1)]  # (REDUCE_EACH, PREFETCH)
-    for red, pre in options:
+    options = [(0, 0, 0), (1, 0, 0), (0, 1, 0), (1, 1, 0), (0, 0, 1)]  # (REDUCE_EACH, PREFETCH, FROM_LOGITS)
+    for red, pre, fl in options:
         for late in (0, 1) if (red, pre) == (0, 0) else (0,):  # LATE_WAIT: the split_shared routed launch
-            consts = dict(K_TOP=8, BLOCK_I=gu["BLOCK_I"], BLOCK_K=gu["BLOCK_K"], HAS_SHARED_GATE=True,
-                          REDUCE_EACH=red, PREFETCH=pre, LATE_WAIT=late, USE_PDL=True)  # fmt: skip
-            build(triton_pairs._gate_up_pairs_kernel, gu_types, consts, gu.get("num_warps", 4), 1,
-                  label=f"pairs gate_up reduce_each={red} prefetch={pre} late_wait={late}")  # fmt: skip
+            consts = dict(K_TOP=8, KP=8, EP=256, BLOCK_I=gu["BLOCK_I"], BLOCK_K=gu["BLOCK_K"], HAS_SHARED_GATE=True,
+                          REDUCE_EACH=red, PREFETCH=pre, LATE_WAIT=late, FROM_LOGITS=fl, ROUND=1, USE_PDL=True)  # fmt: skip
+            types = dict(gu_types, ids_ptr=F32) if fl else gu_types
+            build(triton_pairs._gate_up_pairs_kernel, types, consts, gu.get("num_warps", 4), 1,
+                  label=f"pairs gate_up reduce_each={red} prefetch={pre} late_wait={late} logits={fl}")  # fmt: skip
     dn = plan["down"]
     dn_types = {"h_ptr": BF, "wd_ptr": BF, "swd_ptr": BF, "ids_ptr": I32, "out_ptr": BF}
-    for red, pre in options:
-        consts = dict(K_TOP=8, KP=8, BLOCK_H=dn["BLOCK_H"], BLOCK_I=dn["BLOCK_I"], HAS_SHARED=True, ADD_OUT=True,
-                      REDUCE_EACH=red, PREFETCH=pre, USE_PDL=True)  # fmt: skip
-        build(triton_pairs._down_pairs_kernel, dn_types, consts, dn.get("num_warps", 4), 1,
-              label=f"pairs down reduce_each={red} prefetch={pre}")  # fmt: skip
+    for red, pre, fl in options:
+        consts = dict(K_TOP=8, KP=8, EP=256, BLOCK_H=dn["BLOCK_H"], BLOCK_I=dn["BLOCK_I"], HAS_SHARED=True,
+                      ADD_OUT=True, REDUCE_EACH=red, PREFETCH=pre, FROM_LOGITS=fl, ROUND=1, USE_PDL=True)  # fmt: skip
+        types = dict(dn_types, ids_ptr=F32) if fl else dn_types
+        build(triton_pairs._down_pairs_kernel, types, consts, dn.get("num_warps", 4), 1,
+              label=f"pairs down reduce_each={red} prefetch={pre} logits={fl}")  # fmt: skip
     sum_types = {"y_ptr": BF, "out_ptr": BF}
     build(triton_prefill._sum_kernel, sum_types, dict(K_TOP=8, HAS_SHARED=True, BLOCK_T=1, BLOCK_H=256,
           ADD_OUT=True, USE_PDL=True), 2, 1, label="scatter sum add_out=1")  # fmt: skip

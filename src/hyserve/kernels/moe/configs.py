@@ -12,6 +12,8 @@ of the layer: gate_up is E x N=2I x K=H, down is E x N=H x K=I). The file maps a
      "large_routing": false,        # optional: the multi-kernel grouping even where one program could
      "split_shared": false,         # optional, "pairs": the shared expert's gate_up in a launch of its own
                                     # before the routed pairs', which then stream before their PDL wait
+     "topk_in_experts": false,      # optional, "pairs" + fused_router: the router stops at the logits and
+                                    # the expert kernels take each token's top-k (no ticket, no ids trip)
      "gate_up": {"BLOCK_I": 16, "BLOCK_K": 256, "num_warps": 4, "num_stages": 4},
      "down": {"BLOCK_H": 16, "BLOCK_K": 128, "num_warps": 4, "num_stages": 4}}
 

@@ -100,6 +100,18 @@ def _load_logits(logits_ptr, stride_lt, rows, rmask, cols, E):
 
 
 @triton.jit
+def token_topk(logits_ptr, tok, E, EP: tl.constexpr, K: tl.constexpr, KP: tl.constexpr, ROUND: tl.constexpr):
+    """(ids [KP] int32, weights [KP] fp32) of token ``tok`` from the router logits ``[*, EP]`` fp32 (row stride
+    EP, as ``router_logits_fused`` leaves them): ``_softmax_topk`` on one row, so every caller gets the very
+    ids and weights the router's own routing would have stored."""
+    cols = tl.arange(0, EP)
+    row = tl.zeros((1,), dtype=tl.int64) + tok
+    logits = _load_logits(logits_ptr, EP, row, row >= 0, cols, E)
+    ids, w = _softmax_topk(logits, cols, E, K, KP, ROUND)
+    return tl.sum(ids, axis=0), tl.sum(w, axis=0)
+
+
+@triton.jit
 def _topk_store(
     logits, rows, rmask, cols, E, ids_ptr, w_ptr, K: tl.constexpr, KP: tl.constexpr, ROUND: tl.constexpr
 ):
@@ -401,6 +413,7 @@ def _router_route_kernel(
     DOT_PREC: tl.constexpr,
     GROUP: tl.constexpr,
     HAS_NORM: tl.constexpr,
+    ROUTE: tl.constexpr,
     USE_PDL: tl.constexpr,
 ):
     """Grid (cdiv(E, BE),): the router GEMV fused with the small routing (decode, one launch).
@@ -415,7 +428,10 @@ def _router_route_kernel(
     program that draws the last ticket sees every logit, routes (and groups, with GROUP), and resets the counter
     to 0 for the next launch (CUDA-graph replays included). The result does not depend on which
     program finishes last. The counter is one persistent tensor per device (``_counter``). The router
-    weights are no kernel's output: their first tile loads while the previous kernel finishes (pdl.py)."""
+    weights are no kernel's output: their first tile loads while the previous kernel finishes (pdl.py).
+    Without ROUTE the kernel stops at the logits (``router_logits_fused``: the expert kernels take the top-k
+    themselves, ``token_topk``), so neither the ticket's round trip nor the last program's tail is on the path
+    to the experts."""
     pid = tl.program_id(0)
     rows = tl.arange(0, TP)
     rmask = rows < T
@@ -455,6 +471,34 @@ def _router_route_kernel(
         acc = _router_acc(acc, xt, wt, USE_DOT, DOT_PREC)
     acc = acc.to(x_ptr.dtype.element_ty).to(tl.float32)
     tl.store(scratch_ptr + rows[:, None] * EP + ee[None, :], acc, mask=rmask[:, None] & emask[None, :])
+    if ROUTE:
+        _route_last(scratch_ptr, counter_ptr, ids_ptr, w_ptr, sorted_ptr, meta_ptr, rows, rmask, T, E, MAXB,
+                    K, KP, TP, EP, BLOCK_M, ROUND, HAS_SHARED, GROUP)  # fmt: skip
+
+
+@triton.jit
+def _route_last(
+    scratch_ptr,
+    counter_ptr,
+    ids_ptr,
+    w_ptr,
+    sorted_ptr,
+    meta_ptr,
+    rows,
+    rmask,
+    T,
+    E,
+    MAXB,
+    K: tl.constexpr,
+    KP: tl.constexpr,
+    TP: tl.constexpr,
+    EP: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    ROUND: tl.constexpr,
+    HAS_SHARED: tl.constexpr,
+    GROUP: tl.constexpr,
+):
+    """The last-block reduction of ``_router_route_kernel``: the program that draws the last ticket routes."""
     tl.debug_barrier()
     ticket = tl.atomic_add(counter_ptr, 1, sem="acq_rel", scope="gpu")
     if ticket == tl.num_programs(0) - 1:
@@ -602,6 +646,7 @@ class Routing:
     max_blocks: int
     block_m: int
     normed_x: torch.Tensor | None = None  # [T, H] the fused router's RMS-normalised x (with a norm)
+    logits: torch.Tensor | None = None  # [TP, EP] fp32 the fused router's logits (rows >= T unset)
 
 
 def max_blocks(T: int, E: int, k: int, block_m: int, with_shared: bool) -> int:
@@ -611,7 +656,7 @@ def max_blocks(T: int, E: int, k: int, block_m: int, with_shared: bool) -> int:
     return max(1, routed + (triton.cdiv(T, block_m) if with_shared else 0))
 
 
-def _round_code(dtype: torch.dtype) -> int:
+def round_code(dtype: torch.dtype) -> int:
     return {torch.bfloat16: 1, torch.float16: 2}.get(dtype, 0)
 
 
@@ -641,7 +686,7 @@ def route_topk(
         triton.next_power_of_2(top_k),
         bt,
         EP,
-        _round_code(weight_dtype),
+        round_code(weight_dtype),
         num_warps=4,
     )
     return ids, w
@@ -703,6 +748,21 @@ def route_topk_fused(
     return _router_route(x, gate_weight, top_k, 16, False, False, block_e, norm_weight, norm_eps)
 
 
+def router_logits_fused(
+    x: torch.Tensor,
+    gate_weight: torch.Tensor,
+    top_k: int,
+    block_e: int | None = None,
+    norm_weight: torch.Tensor | None = None,
+    norm_eps: float = 0.0,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """The fused router without its routing: (logits [TP, EP] fp32, row stride EP = next_pow2(E), rows
+    >= T and columns >= E unset; ``rms_norm(x)`` [T, H] with ``norm_weight``, else None). The expert kernels
+    take each token's top-k from the logits (``token_topk``), which is what ``route_topk_fused`` would store."""
+    rt = _router_route(x, gate_weight, top_k, 16, False, False, block_e, norm_weight, norm_eps, route=False)
+    return rt.logits, rt.normed_x
+
+
 def _router_route(
     x: torch.Tensor,
     gate_weight: torch.Tensor,
@@ -713,6 +773,7 @@ def _router_route(
     block_e: int | None = None,
     norm_weight: torch.Tensor | None = None,
     norm_eps: float = 0.0,
+    route: bool = True,
 ) -> Routing:
     T, H = x.shape
     E = gate_weight.shape[0]
@@ -763,15 +824,16 @@ def _router_route(
         BE=be,
         BK=bk,
         BLOCK_M=block_m,
-        ROUND=_round_code(x.dtype),
+        ROUND=round_code(x.dtype),
         HAS_SHARED=with_shared,
         USE_DOT=use_dot,
         DOT_PREC="ieee" if x.dtype == torch.float32 else "tf32",
         GROUP=group,
         HAS_NORM=norm_weight is not None,
+        ROUTE=route,
         num_warps=8 if TP * EP >= 4096 else 4,
     )
-    return Routing(ids, w, sorted_pairs, meta, mb, block_m, xn)
+    return Routing(ids, w, sorted_pairs, meta, mb, block_m, xn, scratch)
 
 
 def route_and_align(
@@ -794,7 +856,7 @@ def route_and_align(
     mb = max_blocks(T, E, top_k, block_m, with_shared)
     sorted_pairs = empty((n,), torch.int32, dev)
     meta = empty((3 * mb + 1,), torch.int32, dev)
-    rnd = _round_code(weight_dtype)
+    rnd = round_code(weight_dtype)
     EP = triton.next_power_of_2(E)
     KP = triton.next_power_of_2(top_k)
     TP = triton.next_power_of_2(T)

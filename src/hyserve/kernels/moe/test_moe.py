@@ -264,6 +264,11 @@ PATHS = {
     "pairs": lambda T: (pairs_plan(), False),
     "pairs_fused_router": lambda T: (pairs_plan(fused_router=True), False),
     "pairs_split_shared": lambda T: (dict(pairs_plan(fused_router=True), split_shared=True), False),
+    "pairs_topk_in_experts": lambda T: (dict(pairs_plan(fused_router=True), topk_in_experts=True), False),
+    "pairs_topk_in_experts_split": lambda T: (
+        dict(pairs_plan(fused_router=True), topk_in_experts=True, split_shared=True),
+        False,
+    ),
 }
 
 
@@ -332,6 +337,31 @@ def test_triton_paths_with_norm_and_residual(T: int, path: str, monkeypatch) -> 
     want = fused_moe_reference(x, *args, top_k, *extra, norm_weight=norm_w, norm_eps=1e-6, residual=x.clone())
     assert got is residual and not got.isnan().any()
     assert max_rel_err(got - x, want - x) < 1e-5  # the MoE's part of the sum, to the reference's precision
+
+
+@pytest.mark.parametrize("T", [1, 4])
+def test_topk_in_experts_routes_like_the_router(T: int) -> None:
+    """The expert kernels' own top-k (``token_topk`` on the router's logits) picks the experts and weights the
+    router's last program would: the outputs are bit-identical to the routed path's."""
+    d = make_inputs(T, **SMALL, dead=2, seed=600 + T)
+    plan = pairs_plan(fused_router=True)
+    routed = run_triton(d, 3, plan)
+    own = run_triton(d, 3, dict(plan, topk_in_experts=True))
+    assert not own.isnan().any()
+    assert torch.equal(own, routed)
+
+
+def test_pairs_routing_operands_are_checked() -> None:
+    from hyserve.kernels.moe.triton_pairs import down_pairs
+
+    d = make_inputs(1, **SMALL, seed=1)
+    h = torch.zeros(4, SMALL["I"], device=DEV)
+    with pytest.raises(ValueError, match="top_k"):
+        down_pairs(h, d["w_down"], None, None, {"BLOCK_H": 16, "BLOCK_I": 16}, logits=torch.zeros(1, 8))
+    with pytest.raises(ValueError, match="fp32"):
+        down_pairs(
+            h, d["w_down"], None, None, {"BLOCK_H": 16, "BLOCK_I": 16}, logits=torch.zeros(1, 5), top_k=3
+        )
 
 
 def test_fused_router_stores_the_normed_x() -> None:
@@ -459,20 +489,21 @@ def test_real_shapes_cuda(T: int, path: str) -> None:
 
 @pytest.mark.skipif(not CUDA, reason="needs CUDA")
 @pytest.mark.parametrize("T", [1, 4, 32])
-@pytest.mark.parametrize("variant", ["plan", "split_shared", "norm_residual"])
+@pytest.mark.parametrize("variant", ["plan", "split_shared", "norm_residual", "topk_in_experts"])
 def test_cuda_graph_and_determinism(T: int, variant: str, monkeypatch) -> None:
     """Replays of a captured MoE match eager runs bit for bit, also when the input changes between replays
     and against plain launches (``HYSERVE_PDL=0``): a kernel reading the routing (or any input) before the
     previous kernel wrote it (the loads before the PDL wait, kernels/pdl.py) would compute with the previous
     replay's experts. Variants: the tuned plan; with ``split_shared`` (the routed gate_up streams before its
-    wait); the decoder layer's call (the pre-norm in the router, the residual stream updated in place)."""
+    wait); the decoder layer's call (the pre-norm in the router, the residual stream updated in place); with
+    ``topk_in_experts`` (the down kernel takes its top-k from the router's logits before its wait)."""
     from hyserve.kernels.moe import triton_moe
 
-    if variant == "split_shared":
+    if variant in ("split_shared", "topk_in_experts"):
         if T > 8:
-            pytest.skip("split_shared is a pairs-path (T <= 8) option")
+            pytest.skip(f"{variant} is a pairs-path (T <= 8) option")
         real = triton_moe.get_plan
-        monkeypatch.setattr(triton_moe, "get_plan", lambda *a: dict(real(*a), split_shared=True))
+        monkeypatch.setattr(triton_moe, "get_plan", lambda *a: dict(real(*a), **{variant: True}))
     E, top_k, H, I = 256, 8, 2048, 512
     d = make_inputs(T, E, H, I, dtype=torch.bfloat16, device="cuda", realistic=True, seed=5)
     args = (d["gate_weight"], d["w_gate_up"], d["w_down"], top_k, d["shared_gate_up"], d["shared_down"])

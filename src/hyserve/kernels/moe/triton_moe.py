@@ -12,7 +12,8 @@ Pipeline per call (T tokens, k slots, E experts, the shared expert as "expert E"
    ``triton_prefill.down_scatter_sum`` (grouped GEMM writing per-pair rows, then a k+1-row sum).
 
 At T <= a few tokens the plan may pick ``"down_mode": "pairs"`` instead (``triton_pairs``: top-k only, then
-one gate_up and one down kernel over the (token, expert) pairs, no grouping). 3 launches at decode (4
+one gate_up and one down kernel over the (token, expert) pairs, no grouping; with ``"topk_in_experts"`` the
+fused router stops at the logits and the two expert kernels take each token's top-k themselves). 3 launches at decode (4
 without the fused router), no host syncs (CUDA-graph safe), deterministic (no atomics). The decoder layer's
 pre-norm runs inside the fused router on the pairs path (which stores the normed x for the experts), else as
 the Triton ``rms_norm`` first; its residual add runs in the down kernel's (or the sum kernel's) epilogue.
@@ -37,6 +38,7 @@ from hyserve.kernels.moe.routing import (
     route_and_align_fused,
     route_topk,
     route_topk_fused,
+    router_logits_fused,
     small_routing,
 )
 from hyserve.kernels.moe.triton_decode import MAX_REDUCE_TOKENS, down_reduce
@@ -114,7 +116,15 @@ def fused_moe_triton(
         x = rms_norm(x, norm_weight, norm_eps)
         norm_weight = None
     if plan["down_mode"] == "pairs":
-        if fused_router:
+        logits, kw = None, {}
+        if fused_router and plan.get("topk_in_experts"):  # the expert kernels take the top-k themselves
+            logits, xn = router_logits_fused(
+                x, gate_weight, top_k, plan.get("router_be"), norm_weight, norm_eps
+            )
+            ids = weights = None
+            x = xn if norm_weight is not None else x
+            kw = dict(logits=logits, top_k=top_k)
+        elif fused_router:
             rt = route_topk_fused(x, gate_weight, top_k, plan.get("router_be"), norm_weight, norm_eps)
             ids, weights = rt.topk_ids, rt.topk_weights
             x = rt.normed_x if norm_weight is not None else x
@@ -122,10 +132,10 @@ def fused_moe_triton(
             ids, weights = route_topk(F.linear(x, gate_weight), top_k, x.dtype)
         args = (x, w_gate_up, sgu, sg, ids, weights, plan["gate_up"])
         if plan.get("split_shared") and sgu is not None:  # the routed launch streams before its wait
-            h = gate_up_pairs(*args, part="routed", h=gate_up_pairs(*args, part="shared"))
+            h = gate_up_pairs(*args, part="routed", h=gate_up_pairs(*args, part="shared", **kw), **kw)
         else:
-            h = gate_up_pairs(*args)
-        res = down_pairs(h, w_down, sd, ids, plan["down"], out=target, add_out=add_out)
+            h = gate_up_pairs(*args, **kw)
+        res = down_pairs(h, w_down, sd, ids, plan["down"], out=target, add_out=add_out, **kw)
     else:
         res = _grouped(
             x, gate_weight, w_gate_up, w_down, top_k, sgu, sd, sg, plan, force_large_routing, target, add_out

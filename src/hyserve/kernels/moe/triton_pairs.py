@@ -16,7 +16,12 @@ front of the weight stream of every program. Here the only dependent load is the
 
 A pair that repeats an expert of another token re-reads its weights: the plan takes this path only where
 that is rare (``configs``: ``"down_mode": "pairs"``). Routing: ``routing.route_topk_fused`` (ids and
-weights only).
+weights only), or (``logits=``, the plan's ``topk_in_experts``) the router's logits alone
+(``routing.router_logits_fused``), from which each program takes its token's top-k itself
+(``routing.token_topk``, the same function the router's last program would run): the gate_up kernel after its
+PDL wait, the down kernel before it (the router ran two launches back). That takes the router's ticket (an
+acq_rel round trip), its last program's logit reload and the ids' store and reload off the path from the
+router to the expert weights, for a softmax and top-k over E in every program.
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ import torch
 import triton
 import triton.language as tl
 
+from hyserve.kernels.moe.routing import round_code, token_topk
 from hyserve.kernels.moe.workspace import empty, launch
 from hyserve.kernels.pdl import wait_for_previous
 
@@ -55,21 +61,28 @@ def _gate_up_pairs_kernel(
     T,
     H,
     I,
+    E,
     P0,
     stride_xt,
     stride_we,
     stride_wn,
     stride_sn,
     K_TOP: tl.constexpr,
+    KP: tl.constexpr,
+    EP: tl.constexpr,
     BLOCK_I: tl.constexpr,
     BLOCK_K: tl.constexpr,
     HAS_SHARED_GATE: tl.constexpr,
     REDUCE_EACH: tl.constexpr,
     PREFETCH: tl.constexpr,
     LATE_WAIT: tl.constexpr,
+    FROM_LOGITS: tl.constexpr,
+    ROUND: tl.constexpr,
     USE_PDL: tl.constexpr,
 ):
-    """Pair p = P0 + program_id(1). REDUCE_EACH, PREFETCH, LATE_WAIT: see ``gate_up_pairs``."""
+    """Pair p = P0 + program_id(1). REDUCE_EACH, PREFETCH, LATE_WAIT: see ``gate_up_pairs``. FROM_LOGITS:
+    ``ids_ptr`` is the router's logits [*, EP] fp32 and the pair's expert and weight come from its token's
+    top-k (``topk_w_ptr`` unused)."""
     if not LATE_WAIT:
         wait_for_previous(USE_PDL)
     n = tl.program_id(0)
@@ -78,7 +91,14 @@ def _gate_up_pairs_kernel(
     is_shared = p >= N
     pc = tl.minimum(p, N - 1)
     tok = tl.where(is_shared, p - N, p // K_TOP).to(tl.int64)
-    e = tl.load(ids_ptr + pc).to(tl.int64)
+    if FROM_LOGITS:
+        kc = tl.arange(0, KP)
+        tids, tw = token_topk(ids_ptr, pc // K_TOP, E, EP, K_TOP, KP, ROUND)
+        e = tl.sum(tl.where(kc == pc % K_TOP, tids, 0), axis=0).to(tl.int64)
+        wrow = tl.sum(tl.where(kc == pc % K_TOP, tw, 0.0), axis=0)
+    else:
+        e = tl.load(ids_ptr + pc).to(tl.int64)
+        wrow = tl.load(topk_w_ptr + pc)
     wbase = tl.where(is_shared, sw_ptr, w_ptr + e * stride_we)
     stride_n = tl.where(is_shared, stride_sn, stride_wn)
 
@@ -115,7 +135,6 @@ def _gate_up_pairs_kernel(
     g = tl.sum(acc_g, axis=1)
     u = tl.sum(acc_u, axis=1)
 
-    wrow = tl.load(topk_w_ptr + pc)
     if HAS_SHARED_GATE:
         if is_shared:
             sacc = tl.zeros((BLOCK_K,), dtype=tl.float32)
@@ -163,29 +182,37 @@ def _down_pairs_kernel(
     T,
     H,
     I,
+    E,
     stride_we,
     stride_wh,
     stride_sh,
     stride_ot,
     K_TOP: tl.constexpr,
     KP: tl.constexpr,
+    EP: tl.constexpr,
     BLOCK_H: tl.constexpr,
     BLOCK_I: tl.constexpr,
     HAS_SHARED: tl.constexpr,
     ADD_OUT: tl.constexpr,
     REDUCE_EACH: tl.constexpr,
     PREFETCH: tl.constexpr,
+    FROM_LOGITS: tl.constexpr,
+    ROUND: tl.constexpr,
     USE_PDL: tl.constexpr,
 ):
     """Grid (cdiv(H, BLOCK_H), T). The expert ids come from the routing, two launches back (the gate_up
     kernel runs between), and the weights are no kernel's output: both load, with the first weight tiles,
-    while the gate_up kernel finishes; its h only after the wait (kernels/pdl.py)."""
+    while the gate_up kernel finishes; its h only after the wait (kernels/pdl.py). FROM_LOGITS: ``ids_ptr``
+    is the router's logits and the ids are token t's top-k, also taken before the wait."""
     hb = tl.program_id(0)
     t = tl.program_id(1)
     N = T * K_TOP
     j = tl.arange(0, KP)
     jm = j < K_TOP
-    e = tl.load(ids_ptr + t * K_TOP + j, mask=jm, other=0).to(tl.int64)
+    if FROM_LOGITS:
+        e = token_topk(ids_ptr, t, E, EP, K_TOP, KP, ROUND)[0].to(tl.int64)
+    else:
+        e = tl.load(ids_ptr + t * K_TOP + j, mask=jm, other=0).to(tl.int64)
     hh = hb * BLOCK_H + tl.arange(0, BLOCK_H)
     hm = hh < H
     ii = tl.arange(0, BLOCK_I)
@@ -251,13 +278,18 @@ def gate_up_pairs(
     w_gate_up: torch.Tensor,
     shared_gate_up: torch.Tensor | None,
     shared_expert_gate: torch.Tensor | None,
-    topk_ids: torch.Tensor,
-    topk_weights: torch.Tensor,
+    topk_ids: torch.Tensor | None,
+    topk_weights: torch.Tensor | None,
     cfg: dict,
     part: str = "all",
     h: torch.Tensor | None = None,
+    *,
+    logits: torch.Tensor | None = None,
+    top_k: int | None = None,
 ) -> torch.Tensor:
-    """-> h [T*k + T, I] (rows T*k.. for the shared expert, unused without one). cfg: BLOCK_I, BLOCK_K,
+    """-> h [T*k + T, I] (rows T*k.. for the shared expert, unused without one). The routing: ``topk_ids`` /
+    ``topk_weights`` [T, k], or (both None) the router's ``logits`` [TP, EP] fp32 from
+    ``routing.router_logits_fused`` and ``top_k``. cfg: BLOCK_I, BLOCK_K,
     num_warps, and two options (default off; ``moe.bench --pairs`` times them): REDUCE_EACH (reduce the
     products over K every tile instead of once at the end: fewer registers, more programs resident) and
     PREFETCH (load the next tiles before multiplying this one: two tiles in flight a program).
@@ -272,7 +304,7 @@ def gate_up_pairs(
     T, H = x.shape
     E, two_i, _ = w_gate_up.shape
     inter = two_i // 2
-    k_top = topk_ids.shape[1]
+    route, k_top = _routing_operands(topk_ids, topk_weights, logits, top_k, E)
     has_shared = shared_gate_up is not None
     if part != "all" and not has_shared:
         raise ValueError("gate_up_pairs: part 'shared' / 'routed' needs a shared expert")
@@ -293,24 +325,28 @@ def gate_up_pairs(
         w_gate_up,
         sw,
         sg,
-        topk_ids,
-        topk_weights,
+        *route,
         h,
         T,
         H,
         inter,
+        E,
         first,
         x.stride(0),
         w_gate_up.stride(0),
         w_gate_up.stride(1),
         sw.stride(0),
         K_TOP=k_top,
+        KP=triton.next_power_of_2(k_top),
+        EP=triton.next_power_of_2(E),
         BLOCK_I=cfg["BLOCK_I"],
         BLOCK_K=cfg["BLOCK_K"],
         HAS_SHARED_GATE=has_shared and shared_expert_gate is not None,
         REDUCE_EACH=bool(cfg.get("REDUCE_EACH", False)),
         PREFETCH=bool(cfg.get("PREFETCH", False)),
         LATE_WAIT=part == "routed",
+        FROM_LOGITS=logits is not None,
+        ROUND=round_code(x.dtype),
         num_warps=cfg.get("num_warps", 4),
         num_stages=cfg.get("num_stages", 1),
     )
@@ -321,16 +357,21 @@ def down_pairs(
     h: torch.Tensor,
     w_down: torch.Tensor,
     shared_down: torch.Tensor | None,
-    topk_ids: torch.Tensor,
+    topk_ids: torch.Tensor | None,
     cfg: dict,
     out: torch.Tensor | None = None,
     add_out: bool = False,
+    *,
+    logits: torch.Tensor | None = None,
+    top_k: int | None = None,
 ) -> torch.Tensor:
     """h [T*k + T, I] -> out [T, H] (the weighted sum over the k experts plus the shared expert); with
-    ``add_out`` the result is added to out's contents (the residual stream). cfg: BLOCK_H, BLOCK_I,
-    num_warps, and REDUCE_EACH / PREFETCH as in ``gate_up_pairs`` (default off)."""
-    T, k_top = topk_ids.shape
+    ``add_out`` the result is added to out's contents (the residual stream). The routing: ``topk_ids``
+    [T, k], or ``logits`` and ``top_k`` as in ``gate_up_pairs``. cfg: BLOCK_H, BLOCK_I, num_warps, and
+    REDUCE_EACH / PREFETCH as in ``gate_up_pairs`` (default off)."""
     E, H, inter = w_down.shape
+    route, k_top = _routing_operands(topk_ids, None, logits, top_k, E)
+    T = h.shape[0] // (k_top + 1)  # h: T*k routed rows, then T shared rows
     if out is None:
         out = torch.empty((T, H), dtype=h.dtype, device=h.device)
     has_shared = shared_down is not None
@@ -341,24 +382,54 @@ def down_pairs(
         h,
         w_down,
         sd,
-        topk_ids,
+        route[0],
         out,
         T,
         H,
         inter,
+        E,
         w_down.stride(0),
         w_down.stride(1),
         sd.stride(-2),
         out.stride(0),
         K_TOP=k_top,
         KP=triton.next_power_of_2(k_top),
+        EP=triton.next_power_of_2(E),
         BLOCK_H=cfg["BLOCK_H"],
         BLOCK_I=cfg["BLOCK_I"],
         HAS_SHARED=has_shared,
         ADD_OUT=add_out,
         REDUCE_EACH=bool(cfg.get("REDUCE_EACH", False)),
         PREFETCH=bool(cfg.get("PREFETCH", False)),
+        FROM_LOGITS=logits is not None,
+        ROUND=round_code(h.dtype),
         num_warps=cfg.get("num_warps", 4),
         num_stages=cfg.get("num_stages", 1),
     )
     return out
+
+
+def _routing_operands(
+    ids: torch.Tensor | None,
+    weights: torch.Tensor | None,
+    logits: torch.Tensor | None,
+    top_k: int | None,
+    num_experts: int,
+) -> tuple[tuple[torch.Tensor, torch.Tensor], int]:
+    """((the kernels' ids_ptr and topk_w_ptr operands), k): the top-k [T, k], or the router logits twice
+    (the weights' operand is then unused) with ``top_k``."""
+    if logits is None:
+        if ids is None:
+            raise ValueError("the pairs kernels need topk_ids (and topk_weights for gate_up) or logits")
+        return (ids, weights if weights is not None else ids), ids.shape[1]
+    if ids is not None or weights is not None or top_k is None:
+        raise ValueError("with logits, pass top_k and no topk_ids / topk_weights")
+    ep = triton.next_power_of_2(num_experts)
+    if (
+        logits.dtype != torch.float32
+        or logits.stride(-1) != 1
+        or logits.shape[-1] != ep
+        or logits.stride(0) != ep
+    ):
+        raise ValueError(f"logits must be the fused router's [TP, {ep}] fp32 (row stride {ep})")
+    return (logits, logits), top_k
