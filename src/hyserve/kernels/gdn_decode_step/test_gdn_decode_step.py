@@ -108,6 +108,19 @@ def test_triton_matches_reference(h, hv, kd, vd, batch, dtype, block_v):
     assert not _workspace(out.device, 0).any()  # every ticket counter back to zero
 
 
+@pytest.mark.parametrize("width", [2, 3])
+def test_other_conv_widths(width):
+    """Small V tiles load a width-4 conv's taps and state rows before the PDL wait; other widths take the
+    one-tap-at-a-time loop."""
+    args = list(_inputs(2, 4, 16, 24, 2, torch.float32, width=width, seed=width))
+    cs, ss, slots = args[9], args[10], args[11]
+    cs_ref, ss_ref, cs_tri, ss_tri = cs.clone(), ss.clone(), cs.clone(), ss.clone()
+    want = gdn_decode_step_reference(*args[:9], cs_ref, ss_ref, slots)
+    got = gdn_decode_step_triton(*args[:9], cs_tri, ss_tri, slots, block_v=8)
+    assert _rel(got, want) < TOL[torch.float32]
+    assert torch.equal(cs_tri, cs_ref)
+
+
 @pytest.mark.parametrize("block_v", [None, 8])
 def test_many_steps(block_v):
     """Steps fed back into the same state pools (GPU: real shapes, races would show as drift)."""

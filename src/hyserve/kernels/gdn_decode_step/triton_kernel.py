@@ -50,6 +50,31 @@ _WORKSPACES: dict[torch.device, torch.Tensor] = {}
 
 
 @triton.jit
+def _conv_window4(convw_ptr, c_base, ch, chm, D):
+    """The inputs of a width-4 conv over channels ch [BC] that no running kernel writes: the 4 taps and the 3
+    state rows (each [BC], the state in its stored dtype), loaded one row each so that no row has to be
+    picked out of a 2-D tile later (a reduction across warps)."""
+    t0 = tl.load(convw_ptr + ch * 4, mask=chm, other=0.0).to(tl.float32)
+    t1 = tl.load(convw_ptr + ch * 4 + 1, mask=chm, other=0.0).to(tl.float32)
+    t2 = tl.load(convw_ptr + ch * 4 + 2, mask=chm, other=0.0).to(tl.float32)
+    t3 = tl.load(convw_ptr + ch * 4 + 3, mask=chm, other=0.0).to(tl.float32)
+    h0 = tl.load(c_base + ch, mask=chm, other=0.0)
+    h1 = tl.load(c_base + D + ch, mask=chm, other=0.0)
+    h2 = tl.load(c_base + 2 * D + ch, mask=chm, other=0.0)
+    return t0, t1, t2, t3, h0, h1, h2
+
+
+@triton.jit
+def _conv4(x, t0, t1, t2, t3, h0, h1, h2, X_DT: tl.constexpr):
+    """x * t3 + h0 t0 + h1 t1 + h2 t2 in fp32, in the order and roundings of the one-tap-at-a-time loop."""
+    acc = x.to(tl.float32) * t3
+    acc += h0.to(X_DT).to(tl.float32) * t0
+    acc += h1.to(X_DT).to(tl.float32) * t1
+    acc += h2.to(X_DT).to(tl.float32) * t2
+    return acc
+
+
+@triton.jit
 def _gdn_decode_step_kernel(
     x_ptr, z_ptr, a_ptr, b_ptr, convw_ptr, alog_ptr, dtb_ptr, normw_ptr,
     conv_ptr, ssm_ptr, idx_ptr, o_ptr, cnt_qk_ptr, cnt_o_ptr,
@@ -86,11 +111,22 @@ def _gdn_decode_step_kernel(
     mf = of < V
     # Small tiles (NV > 1, the batch-1 config: latency-bound) load the gate parameters (weights, before the
     # wait), a, b and the z row (the previous kernel's, right after it) up front rather than after the conv's
-    # barrier and ticket, which order later loads behind them; the register-heavy big tiles keep them late
+    # barrier and ticket, which order later loads behind them; the register-heavy big tiles keep them late.
+    # With the model's width-4 conv they also load the conv taps (weights) and the conv state rows (last
+    # written by this layer's previous step) before the wait, so only the qkv row is left after it.
+    cq = i_h * K + ok
+    ck = H * K + i_h * K + ok
+    cv = 2 * H * K + i_hv * V + ov
+    c_base = conv_ptr + slot * ((W - 1) * D)
+    EARLY_CONV: tl.constexpr = NV > 1 and W == 4
     if NV > 1:
         dtb = tl.load(dtb_ptr + i_hv).to(tl.float32)
         a_log = tl.load(alog_ptr + i_hv).to(tl.float32)
         nw_full = tl.load(normw_ptr + of, mask=mf, other=0.0).to(tl.float32)
+    if EARLY_CONV:
+        tq0, tq1, tq2, tq3, hq0, hq1, hq2 = _conv_window4(convw_ptr, c_base, cq, mk, D)
+        tk0, tk1, tk2, tk3, hk0, hk1, hk2 = _conv_window4(convw_ptr, c_base, ck, mk, D)
+        tv0, tv1, tv2, tv3, hv0, hv1, hv2 = _conv_window4(convw_ptr, c_base, cv, mv, D)
     # the slot indices (staged before the step) and the state (last written by this layer's previous step)
     # are no output of the previous kernel: they load while it finishes; its qkv/z/a/b only after this
     wait_for_previous(USE_PDL)
@@ -100,24 +136,25 @@ def _gdn_decode_step_kernel(
         z_full = tl.load(z_base + of, mask=mf, other=0.0).to(tl.float32)
 
     # causal conv over [conv_state rows 0..W-2, x] and SiLU, per channel group
-    cq = i_h * K + ok
-    ck = H * K + i_h * K + ok
-    cv = 2 * H * K + i_hv * V + ov
-    c_base = conv_ptr + slot * ((W - 1) * D)
     x_base = x_ptr + b64 * stride_xb
     xq = tl.load(x_base + cq, mask=mk, other=0.0)
     xk = tl.load(x_base + ck, mask=mk, other=0.0)
     xv = tl.load(x_base + cv, mask=mv, other=0.0)
-    q = xq.to(tl.float32) * tl.load(convw_ptr + cq * W + (W - 1), mask=mk, other=0.0).to(tl.float32)
-    k = xk.to(tl.float32) * tl.load(convw_ptr + ck * W + (W - 1), mask=mk, other=0.0).to(tl.float32)
-    v = xv.to(tl.float32) * tl.load(convw_ptr + cv * W + (W - 1), mask=mv, other=0.0).to(tl.float32)
-    for w in tl.static_range(W - 1):
-        hq = tl.load(c_base + w * D + cq, mask=mk, other=0.0).to(X_DT).to(tl.float32)
-        hk = tl.load(c_base + w * D + ck, mask=mk, other=0.0).to(X_DT).to(tl.float32)
-        h_v = tl.load(c_base + w * D + cv, mask=mv, other=0.0).to(X_DT).to(tl.float32)
-        q += hq * tl.load(convw_ptr + cq * W + w, mask=mk, other=0.0).to(tl.float32)
-        k += hk * tl.load(convw_ptr + ck * W + w, mask=mk, other=0.0).to(tl.float32)
-        v += h_v * tl.load(convw_ptr + cv * W + w, mask=mv, other=0.0).to(tl.float32)
+    if EARLY_CONV:
+        q = _conv4(xq, tq0, tq1, tq2, tq3, hq0, hq1, hq2, X_DT)
+        k = _conv4(xk, tk0, tk1, tk2, tk3, hk0, hk1, hk2, X_DT)
+        v = _conv4(xv, tv0, tv1, tv2, tv3, hv0, hv1, hv2, X_DT)
+    else:  # big tiles: one tap at a time (registers)
+        q = xq.to(tl.float32) * tl.load(convw_ptr + cq * W + (W - 1), mask=mk, other=0.0).to(tl.float32)
+        k = xk.to(tl.float32) * tl.load(convw_ptr + ck * W + (W - 1), mask=mk, other=0.0).to(tl.float32)
+        v = xv.to(tl.float32) * tl.load(convw_ptr + cv * W + (W - 1), mask=mv, other=0.0).to(tl.float32)
+        for w in tl.static_range(W - 1):
+            hq = tl.load(c_base + w * D + cq, mask=mk, other=0.0).to(X_DT).to(tl.float32)
+            hk = tl.load(c_base + w * D + ck, mask=mk, other=0.0).to(X_DT).to(tl.float32)
+            h_v = tl.load(c_base + w * D + cv, mask=mv, other=0.0).to(X_DT).to(tl.float32)
+            q += hq * tl.load(convw_ptr + cq * W + w, mask=mk, other=0.0).to(tl.float32)
+            k += hk * tl.load(convw_ptr + ck * W + w, mask=mk, other=0.0).to(tl.float32)
+            v += h_v * tl.load(convw_ptr + cv * W + w, mask=mv, other=0.0).to(tl.float32)
     q = (q * tl.sigmoid(q)).to(X_DT).to(tl.float32)
     k = (k * tl.sigmoid(k)).to(X_DT).to(tl.float32)
     v = (v * tl.sigmoid(v)).to(X_DT).to(tl.float32)
@@ -126,8 +163,12 @@ def _gdn_decode_step_kernel(
 
     # every conv window read above is consumed: publish the new conv state
     tl.debug_barrier()
-    for w in tl.static_range(W - 2):
-        tl.store(c_base + w * D + cv, tl.load(c_base + (w + 1) * D + cv, mask=mv), mask=mv)
+    if EARLY_CONV:  # rows 1, 2 are in registers
+        tl.store(c_base + cv, hv1, mask=mv)
+        tl.store(c_base + D + cv, hv2, mask=mv)
+    else:
+        for w in tl.static_range(W - 2):
+            tl.store(c_base + w * D + cv, tl.load(c_base + (w + 1) * D + cv, mask=mv), mask=mv)
     tl.store(c_base + (W - 2) * D + cv, xv.to(C_DT), mask=mv)
     if G * NV > 1:
         ticket = tl.atomic_add(cnt_qk_ptr + b64 * H + i_h, 1, sem="acq_rel")
@@ -135,9 +176,15 @@ def _gdn_decode_step_kernel(
     else:
         last_qk = True
     if last_qk:  # every reader of this key head's q/k windows is done
-        for w in tl.static_range(W - 2):
-            tl.store(c_base + w * D + cq, tl.load(c_base + (w + 1) * D + cq, mask=mk), mask=mk)
-            tl.store(c_base + w * D + ck, tl.load(c_base + (w + 1) * D + ck, mask=mk), mask=mk)
+        if EARLY_CONV:
+            tl.store(c_base + cq, hq1, mask=mk)
+            tl.store(c_base + D + cq, hq2, mask=mk)
+            tl.store(c_base + ck, hk1, mask=mk)
+            tl.store(c_base + D + ck, hk2, mask=mk)
+        else:
+            for w in tl.static_range(W - 2):
+                tl.store(c_base + w * D + cq, tl.load(c_base + (w + 1) * D + cq, mask=mk), mask=mk)
+                tl.store(c_base + w * D + ck, tl.load(c_base + (w + 1) * D + ck, mask=mk), mask=mk)
         tl.store(c_base + (W - 2) * D + cq, xq.to(C_DT), mask=mk)
         tl.store(c_base + (W - 2) * D + ck, xk.to(C_DT), mask=mk)
         if G * NV > 1:
