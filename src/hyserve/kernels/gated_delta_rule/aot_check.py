@@ -69,7 +69,8 @@ def build(fn, types: dict, consts: dict, num_warps: int = 4, num_stages: int = 3
 
 def _ptx_order(ptx: str) -> str:
     """Latency hints from the PTX: CTA barriers, and the global loads issued before the PDL wait and before
-    the first atomic (an acq_rel ticket orders the loads after it behind a round trip), of all of them."""
+    the first atomic (an acq_rel ticket orders the loads after it behind a round trip), of all of them; the
+    TMA copies, if any, with those ahead of the PDL wait."""
     lines = ptx.splitlines()
     loads = [i for i, line in enumerate(lines) if "ld.global" in line]
 
@@ -78,7 +79,12 @@ def _ptx_order(ptx: str) -> str:
         return "-" if at is None else str(sum(i < at for i in loads))
 
     bars = sum("bar.sync" in line for line in lines)
-    return f"bar={bars} ld={len(loads)} ld<wait={before('griddepcontrol.wait')} ld<atom={before('atom.')}"
+    out = f"bar={bars} ld={len(loads)} ld<wait={before('griddepcontrol.wait')} ld<atom={before('atom.')}"
+    tma = [i for i, line in enumerate(lines) if "cp.async.bulk.tensor" in line]
+    if tma:  # TMA copies (the GEMV's TMA option): how many in the code, how many ahead of the PDL wait
+        wait = next((i for i, line in enumerate(lines) if "griddepcontrol.wait" in line), len(lines))
+        out += f" tma={len(tma)} tma<wait={sum(i < wait for i in tma)}"
+    return out
 
 
 def main() -> None:

@@ -24,13 +24,17 @@ from hyserve.kernels.linear.triton_kernel import gemv_triton
 SHAPES = ((12352, 2048), (2048, 4096), (9216, 2048), (248320, 2048))
 
 
-def configs(block_k: tuple[int, ...] = (256, 512, 1024)) -> list[dict]:
+def configs(block_k: tuple[int, ...] = (256, 512, 1024), tma: tuple[int, ...] = ()) -> list[dict]:
     """Tiles whose fp32 accumulator [BLOCK_N, BLOCK_K] stays within 64 registers a thread, and with
-    REDUCE_EACH (a [BLOCK_N] accumulator: only the W tile is held) twice as large tiles."""
+    REDUCE_EACH (a [BLOCK_N] accumulator: only the W tile is held) twice as large tiles; with ``tma``
+    stage counts, also the TMA-pipelined tiles (BLOCK_K 128 or 256, the TMA box limit)."""
     out = []
     for n, k, w, red in itertools.product((1, 2, 4, 8, 16), block_k, (4, 8), (0, 1)):
         if n * k >= 512 and n * k <= 64 * 32 * w * (2 if red else 1):
             out.append({"BLOCK_N": n, "BLOCK_K": k, "num_warps": w, **({"REDUCE_EACH": 1} if red else {})})
+    for n, k, w, st in itertools.product((2, 4, 8, 16), (128, 256), (4,), tma):
+        if n * k >= 512 and n * k <= 64 * 32 * w:
+            out.append({"BLOCK_N": n, "BLOCK_K": k, "num_warps": w, "TMA": st})
     return out
 
 
@@ -74,8 +78,10 @@ def main() -> None:
     parser.add_argument("--shapes", default=None, help="NxK,... (default: the model's four)")
     parser.add_argument("--block-k", default="256,512,1024", help="the BLOCK_K values to sweep")
     parser.add_argument("--merge", action="store_true", help="--write keeps the plans of shapes not swept")
+    parser.add_argument("--tma", default="", help="TMA stage counts to add to the sweep, e.g. 3,4,6")
     args = parser.parse_args()
-    cands = configs(tuple(int(k) for k in args.block_k.split(",")))
+    tma = tuple(int(t) for t in args.tma.split(",") if t)
+    cands = configs(tuple(int(k) for k in args.block_k.split(",")), tma)
     shapes = SHAPES
     if args.shapes:
         shapes = tuple(tuple(int(d) for d in s.split("x")) for s in args.shapes.split(","))

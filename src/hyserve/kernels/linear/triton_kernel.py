@@ -17,6 +17,12 @@ result is added to it in place. The norm needs the whole row's mean square, whic
 normalised x is never rounded to x's dtype (the unfused path rounds it once: a difference of that rounding,
 not of the math). The residual add happens in fp32 before the one cast; each program reads and writes only
 its own columns, so the residual may be the output.
+
+With the plan's ``TMA`` (a stage count, 0 = off) W streams through a Hopper tensor descriptor: each
+[BLOCK_N, BLOCK_K] tile is one TMA copy into shared memory, and the K loop is software-pipelined TMA-1 tiles
+deep (Triton's pipeliner issues the next tiles' copies before this tile's multiply), so a program keeps
+several tiles in flight without holding them in registers. The first tile is copied before the PDL wait.
+TMA needs sm_90+, BLOCK_K <= 256 and 16-byte aligned rows; elsewhere the option is ignored.
 """
 
 from __future__ import annotations
@@ -27,6 +33,11 @@ import triton.language as tl
 
 from hyserve.kernels.linear import GEMV_MAX_ROWS
 from hyserve.kernels.pdl import launch_options, wait_for_previous
+
+try:  # the host-side TMA descriptor (Triton >= 3.3)
+    from triton.tools.tensor_descriptor import TensorDescriptor
+except ImportError:  # pragma: no cover - older Triton: the TMA option is ignored
+    TensorDescriptor = None
 
 
 @triton.jit
@@ -52,6 +63,7 @@ def _gemv_tile(acc, ss, w, g, x_rows, k, km, mm, HAS_NORM: tl.constexpr, REDUCE_
 def _gemv_kernel(
     x_ptr,
     w_ptr,
+    w_desc,
     y_ptr,
     g_ptr,
     r_ptr,
@@ -69,8 +81,10 @@ def _gemv_kernel(
     HAS_NORM: tl.constexpr,
     HAS_RES: tl.constexpr,
     REDUCE_EACH: tl.constexpr,
+    TMA: tl.constexpr,
     USE_PDL: tl.constexpr,
 ):
+    """w_desc: W's tensor descriptor with [BLOCK_N, BLOCK_K] boxes when TMA > 0 (else unused)."""
     pid = tl.program_id(0)
     rm = tl.arange(0, BLOCK_M)
     rn = pid * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -81,7 +95,10 @@ def _gemv_kernel(
     x_rows = x_ptr + rm.to(tl.int64)[:, None] * stride_xm
     # W and the norm weight are no kernel's output: their first tiles stream in while the previous kernel
     # finishes (kernels/pdl.py); the residual, an output, loads right after the wait, off the tail
-    w = tl.load(w_rows + kk[None, :], mask=nm[:, None] & (kk < K)[None, :], other=0.0)
+    if TMA:
+        w = w_desc.load([pid * BLOCK_N, 0])
+    else:
+        w = tl.load(w_rows + kk[None, :], mask=nm[:, None] & (kk < K)[None, :], other=0.0)
     g = tl.zeros((BLOCK_K,), dtype=tl.float32)
     if HAS_NORM:
         g = tl.load(g_ptr + kk, mask=kk < K, other=0.0)
@@ -97,13 +114,22 @@ def _gemv_kernel(
         acc = tl.zeros((BLOCK_M, BLOCK_N, BLOCK_K), dtype=tl.float32)
         ss = tl.zeros((BLOCK_M, BLOCK_K), dtype=tl.float32)
     acc, ss = _gemv_tile(acc, ss, w, g, x_rows, kk, kk < K, mm, HAS_NORM, REDUCE_EACH)
-    for k0 in range(BLOCK_K, K, BLOCK_K):
-        k = k0 + kk
-        km = k < K
-        w = tl.load(w_rows + k[None, :], mask=nm[:, None] & km[None, :], other=0.0)
-        if HAS_NORM:
-            g = tl.load(g_ptr + k, mask=km, other=0.0)
-        acc, ss = _gemv_tile(acc, ss, w, g, x_rows, k, km, mm, HAS_NORM, REDUCE_EACH)
+    if TMA:  # pipelined: the copies of the next TMA-1 tiles are in flight during this one's multiply
+        for k0 in tl.range(BLOCK_K, K, BLOCK_K, num_stages=TMA):
+            k = k0 + kk
+            km = k < K
+            w = w_desc.load([pid * BLOCK_N, k0])
+            if HAS_NORM:
+                g = tl.load(g_ptr + k, mask=km, other=0.0)
+            acc, ss = _gemv_tile(acc, ss, w, g, x_rows, k, km, mm, HAS_NORM, REDUCE_EACH)
+    else:
+        for k0 in range(BLOCK_K, K, BLOCK_K):
+            k = k0 + kk
+            km = k < K
+            w = tl.load(w_rows + k[None, :], mask=nm[:, None] & km[None, :], other=0.0)
+            if HAS_NORM:
+                g = tl.load(g_ptr + k, mask=km, other=0.0)
+            acc, ss = _gemv_tile(acc, ss, w, g, x_rows, k, km, mm, HAS_NORM, REDUCE_EACH)
     if REDUCE_EACH:
         y = acc
         if HAS_NORM:
@@ -133,7 +159,8 @@ def gemv_triton(
     residual [M, N] (N contiguous) and no ``out``, the result is written into the residual and returned.
     cfg: BLOCK_N, BLOCK_K (for one row; divided by M's next power of two), num_warps, REDUCE_EACH (optional:
     reduce the products over K every tile, not once at the end: a [BLOCK_N] accumulator instead of
-    [BLOCK_N, BLOCK_K], so more programs fit an SM)."""
+    [BLOCK_N, BLOCK_K], so more programs fit an SM), TMA (optional, a stage count: W through a TMA
+    descriptor, the K loop pipelined that deep; BLOCK_K <= 256 for one row)."""
     M, K = x.shape
     N = weight.shape[0]
     if M > GEMV_MAX_ROWS or x.stride(1) != 1 or weight.stride(1) != 1:
@@ -152,9 +179,12 @@ def gemv_triton(
         return out
     block_m = triton.next_power_of_2(M)
     block_k = max(16, cfg["BLOCK_K"] // block_m)  # the same accumulator size for any M
+    stages = int(cfg.get("TMA", 0)) if _tma_ok(weight, block_k) else 0
+    w_desc = TensorDescriptor.from_tensor(weight, [cfg["BLOCK_N"], block_k]) if stages else weight
     _gemv_kernel[(triton.cdiv(N, cfg["BLOCK_N"]),)](
         x,
         weight,
+        w_desc,
         out,
         norm_weight if norm_weight is not None else x,
         residual if residual is not None else out,
@@ -172,7 +202,18 @@ def gemv_triton(
         HAS_NORM=norm_weight is not None,
         HAS_RES=residual is not None,
         REDUCE_EACH=bool(cfg.get("REDUCE_EACH", False)),
+        TMA=stages,
         num_warps=cfg.get("num_warps", 4),
         **launch_options(x),
     )
     return out
+
+
+def _tma_ok(weight: torch.Tensor, block_k: int) -> bool:
+    """Whether W can stream through a TMA descriptor: Hopper or later (the CPU interpreter emulates it),
+    a box of at most 256 along K, and 16-byte aligned base and rows."""
+    if TensorDescriptor is None or block_k > 256 or weight.stride(1) != 1:
+        return False
+    if weight.is_cuda and torch.cuda.get_device_capability(weight.device)[0] < 9:
+        return False
+    return weight.data_ptr() % 16 == 0 and (weight.stride(0) * weight.element_size()) % 16 == 0

@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# What was prepared on the CPU on 2026-12-03 (second session) and not yet timed, on the H200, in two calls on
+# one warm machine (carry .whl; PART=2 within ~30 s of PART=1's end, or the machine is gone with $W):
+# PART=1 (~8 min): the GPU tests of the changes (DeltaNet step with its conv inputs before the PDL wait -
+#   exact, on the default path; the MoE "topk_in_experts" plan option; the GEMV "TMA" plan option), the
+#   isolated GEMV sweep with TMA tiles (linear/bench.py --tma), then the B=1 decode profile (B=4 too) with
+#   the committed plans and with the options switched on in the JSONs (edited on the device); the fastest
+#   variant's JSONs stay in $W/best_*.json and come back in $OUT.
+# PART=2 (~5 min): the HTTP table and the full-size verify with those JSONs.
+set -u
+source "$(dirname "$0")/common.sh"
+MOE=src/hyserve/kernels/moe/configs/E256_H2048_I512_bfloat16.json
+GEMV=src/hyserve/kernels/linear/configs/gemv.json
+if [ "${PART:-1}" = 2 ]; then
+  cp $W/best_gemv.json $GEMV; cp $W/best_moe.json $MOE
+  echo "plans of $(cat $W/best.txt)"
+  OUT=$W bash scripts/device/serve_bench.sh --max-num-seqs 48 --max-model-len 8192 --gpu-memory-utilization 0.95 \
+    | grep -E "^(decode|ttft|throughput) |ready after"
+  TAILN=9 run verify $((590 - SECONDS)) python3 -m hyserve verify --model $M --load-format dummy \
+    --kv-cache-memory-gb 4 --max-num-seqs 8 --max-model-len 4096 --paths fast --json "$OUT/verify.json"
+  tar czf "$OUT/results2.tgz" -C $W .
+  exit 0
+fi
+run pytest 150 python3 -m pytest -q -p no:cacheprovider src/hyserve/kernels/gdn_decode_step \
+  src/hyserve/kernels/linear src/hyserve/kernels/moe/test_moe.py -k "not real_shapes and not float64"
+grep -E "^FAILED|^E " $W/pytest.log | head -n 12
+cp $MOE $W/moe.json; cp $GEMV $W/gemv.json
+TAILN=24 run sweep 150 python3 -m hyserve.kernels.linear.bench --block-k 1024 --tma 2,3,4,6 --write
+cp $GEMV $W/gemv_sweep.json; cp $W/gemv.json $GEMV
+# variant NAME GEMV_JSON TOPK_BUCKETS: the B=1 (and B=4) profile with that gemv.json and topk_in_experts in
+# those MoE buckets
+variant() {
+  cp "$2" $GEMV
+  python3 -c "import json, sys; d = json.load(open('$W/moe.json'))
+for t in sys.argv[1:]: d['buckets'][t]['topk_in_experts'] = True
+json.dump(d, open('$MOE', 'w'), indent=1)" $3
+  TAILN=0 run "profile_$1" 100 python3 scripts/profile_decode.py --model $M --load-format dummy \
+    --kv-cache-memory-gb 8 --max-num-seqs 32 --max-model-len 4096 --cuda-graph-sizes 1,4 \
+    --prefill-graph-sizes none --batch 1,4 --steps 30 --no-warmup
+  local ms b4; ms=$(grep -h "== batch 1:" "$W/profile_$1.log" | sed -E 's/.*step ([0-9.]+) ms.*/\1/')
+  b4=$(grep -h "== batch 4:" "$W/profile_$1.log" | sed -E 's/.*step ([0-9.]+) ms.*/\1/')
+  echo "$1 ${ms:-fail} B=4 ${b4:-fail}" | tee -a $W/variants.txt
+  [ -n "$ms" ] && cp $GEMV "$W/gemv_$1.json" && cp $MOE "$W/moe_$1.json"
+}
+python3 - <<'PY'
+import json
+g = json.load(open("/tmp/w/gemv.json"))
+for shape, bn in (("12352x2048", 4), ("2048x4096", 2), ("9216x2048", 4), ("248320x2048", 8)):
+    g["plans"][shape] = {"BLOCK_N": bn, "BLOCK_K": 256, "num_warps": 4, "TMA": 4}
+json.dump(g, open("/tmp/w/gemv_fixed.json", "w"), indent=1)
+PY
+variant base $W/gemv.json ""
+variant topk $W/gemv.json "1 2 4"
+variant tma_sweep $W/gemv_sweep.json ""
+variant tma_fixed $W/gemv_fixed.json ""
+variant tma_sweep_topk $W/gemv_sweep.json "1 2 4"
+variant base_again $W/gemv.json ""
+sort -k2 -n $W/variants.txt | grep -v fail | head -n 1 | tee $W/best.txt
+best=$(cut -d' ' -f1 $W/best.txt)
+cp "$W/gemv_$best.json" $W/best_gemv.json; cp "$W/moe_$best.json" $W/best_moe.json
+cp $W/best_gemv.json "$OUT/gemv.json"; cp $W/best_moe.json "$OUT/moe.json"
+cp $W/gemv.json $GEMV; cp $W/moe.json $MOE
+sed -n '/== batch 1:/,/^$/p' "$W/profile_$best.log" | head -n 12
+tar czf "$OUT/results1.tgz" -C $W .
