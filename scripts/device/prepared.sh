@@ -2,10 +2,11 @@
 # What was prepared on the CPU on 2026-12-03 (second session) and not yet timed, on the H200, in two calls on
 # one warm machine (carry .whl; PART=2 within ~30 s of PART=1's end, or the machine is gone with $W):
 # PART=1 (~8 min): the GPU tests of the changes (DeltaNet step with its conv inputs before the PDL wait -
-#   exact, on the default path; the MoE "topk_in_experts" plan option; the GEMV "TMA" plan option), the
-#   isolated GEMV sweep with TMA tiles (linear/bench.py --tma), then the B=1 decode profile (B=4 too) with
-#   the committed plans and with the options switched on in the JSONs (edited on the device); the fastest
-#   variant's JSONs stay in $W/best_*.json and come back in $OUT.
+#   exact, on the default path; the MoE "topk_in_experts" plan option; the GEMV and MoE gate_up "TMA" plan
+#   options), the isolated GEMV sweep with TMA tiles (linear/bench.py --tma) and the T=1 pairs kernels with
+#   TMA (moe/bench.py --pairs), then the B=1 decode profile (B=4 too) with the committed plans and with the
+#   options switched on in the JSONs (edited on the device); the fastest variant's JSONs stay in
+#   $W/best_*.json and come back in $OUT.
 # PART=2 (~5 min): the HTTP table and the full-size verify with those JSONs.
 set -u
 source "$(dirname "$0")/common.sh"
@@ -27,13 +28,26 @@ grep -E "^FAILED|^E " $W/pytest.log | head -n 12
 cp $MOE $W/moe.json; cp $GEMV $W/gemv.json
 TAILN=24 run sweep 150 python3 -m hyserve.kernels.linear.bench --block-k 1024 --tma 2,3,4,6 --write
 cp $GEMV $W/gemv_sweep.json; cp $W/gemv.json $GEMV
-# variant NAME GEMV_JSON TOPK_BUCKETS: the B=1 (and B=4) profile with that gemv.json and topk_in_experts in
-# those MoE buckets
+TAILN=14 run pairs 120 python3 -m hyserve.kernels.moe.bench --pairs
+# variant NAME GEMV_JSON MOE_EDIT: the B=1 (and B=4) profile with that gemv.json and the MoE plans of the T=1,
+# 2, 4 buckets updated with MOE_EDIT (a JSON object; "gate_up.TMA" sets a key of the gate_up config)
 variant() {
   cp "$2" $GEMV
-  python3 -c "import json, sys; d = json.load(open('$W/moe.json'))
-for t in sys.argv[1:]: d['buckets'][t]['topk_in_experts'] = True
-json.dump(d, open('$MOE', 'w'), indent=1)" $3
+  python3 - "$3" <<'PY'
+import json, sys
+d = json.load(open("/tmp/w/moe.json"))
+for key, value in json.loads(sys.argv[1]).items():
+    for t in ("1", "2", "4"):
+        plan = d["buckets"][t]
+        if "." in key:
+            part, name = key.split(".")
+            plan[part][name] = value
+            if name == "TMA":
+                plan[part]["BLOCK_K"] = min(plan[part]["BLOCK_K"], 256)
+        else:
+            plan[key] = value
+json.dump(d, open("src/hyserve/kernels/moe/configs/E256_H2048_I512_bfloat16.json", "w"), indent=1)
+PY
   TAILN=0 run "profile_$1" 100 python3 scripts/profile_decode.py --model $M --load-format dummy \
     --kv-cache-memory-gb 8 --max-num-seqs 32 --max-model-len 4096 --cuda-graph-sizes 1,4 \
     --prefill-graph-sizes none --batch 1,4 --steps 30 --no-warmup
@@ -49,12 +63,13 @@ for shape, bn in (("12352x2048", 4), ("2048x4096", 2), ("9216x2048", 4), ("24832
     g["plans"][shape] = {"BLOCK_N": bn, "BLOCK_K": 256, "num_warps": 4, "TMA": 4}
 json.dump(g, open("/tmp/w/gemv_fixed.json", "w"), indent=1)
 PY
-variant base $W/gemv.json ""
-variant topk $W/gemv.json "1 2 4"
-variant tma_sweep $W/gemv_sweep.json ""
-variant tma_fixed $W/gemv_fixed.json ""
-variant tma_sweep_topk $W/gemv_sweep.json "1 2 4"
-variant base_again $W/gemv.json ""
+variant base $W/gemv.json '{}'
+variant topk $W/gemv.json '{"topk_in_experts": true}'
+variant moe_tma $W/gemv.json '{"gate_up.TMA": 4}'
+variant tma_sweep $W/gemv_sweep.json '{}'
+variant tma_fixed $W/gemv_fixed.json '{}'
+variant all_tma_topk $W/gemv_sweep.json '{"topk_in_experts": true, "gate_up.TMA": 4}'
+variant base_again $W/gemv.json '{}'
 sort -k2 -n $W/variants.txt | grep -v fail | head -n 1 | tee $W/best.txt
 best=$(cut -d' ' -f1 $W/best.txt)
 cp "$W/gemv_$best.json" $W/best_gemv.json; cp "$W/moe_$best.json" $W/best_moe.json

@@ -72,11 +72,16 @@ def main() -> None:
     options = [(0, 0, 0), (1, 0, 0), (0, 1, 0), (1, 1, 0), (0, 0, 1)]  # (REDUCE_EACH, PREFETCH, FROM_LOGITS)
     for red, pre, fl in options:
         for late in (0, 1) if (red, pre) == (0, 0) else (0,):  # LATE_WAIT: the split_shared routed launch
-            consts = dict(K_TOP=8, KP=8, EP=256, BLOCK_I=gu["BLOCK_I"], BLOCK_K=gu["BLOCK_K"], HAS_SHARED_GATE=True,
-                          REDUCE_EACH=red, PREFETCH=pre, LATE_WAIT=late, FROM_LOGITS=fl, ROUND=1, USE_PDL=True)  # fmt: skip
-            types = dict(gu_types, ids_ptr=F32) if fl else gu_types
-            build(triton_pairs._gate_up_pairs_kernel, types, consts, gu.get("num_warps", 4), 1,
-                  label=f"pairs gate_up reduce_each={red} prefetch={pre} late_wait={late} logits={fl}")  # fmt: skip
+            for stages in (0, 4) if (red, pre, fl, late) == (0, 0, 0, 0) else (0,):  # TMA
+                bk = min(256, gu["BLOCK_K"])
+                desc = f"tensordesc<bf16[{gu['BLOCK_I']}, {bk}]>" if stages else BF
+                consts = dict(K_TOP=8, KP=8, EP=256, BLOCK_I=gu["BLOCK_I"], BLOCK_K=bk, HAS_SHARED_GATE=True,
+                              REDUCE_EACH=red, PREFETCH=pre, LATE_WAIT=late, FROM_LOGITS=fl, ROUND=1, TMA=stages,
+                              USE_PDL=True)  # fmt: skip
+                types = dict(gu_types, ids_ptr=F32 if fl else I32, w_desc=desc, sw_desc=desc)
+                build(triton_pairs._gate_up_pairs_kernel, types, consts, gu.get("num_warps", 4), 1,
+                      label=f"pairs gate_up reduce_each={red} prefetch={pre} late_wait={late} logits={fl} "
+                            f"tma={stages}")  # fmt: skip
     dn = plan["down"]
     dn_types = {"h_ptr": BF, "wd_ptr": BF, "swd_ptr": BF, "ids_ptr": I32, "out_ptr": BF}
     for red, pre, fl in options:

@@ -31,13 +31,9 @@ import torch
 import triton
 import triton.language as tl
 
+from hyserve.kernels import tma
 from hyserve.kernels.linear import GEMV_MAX_ROWS
 from hyserve.kernels.pdl import launch_options, wait_for_previous
-
-try:  # the host-side TMA descriptor (Triton >= 3.3)
-    from triton.tools.tensor_descriptor import TensorDescriptor
-except ImportError:  # pragma: no cover - older Triton: the TMA option is ignored
-    TensorDescriptor = None
 
 
 @triton.jit
@@ -179,12 +175,12 @@ def gemv_triton(
         return out
     block_m = triton.next_power_of_2(M)
     block_k = max(16, cfg["BLOCK_K"] // block_m)  # the same accumulator size for any M
-    stages = int(cfg.get("TMA", 0)) if _tma_ok(weight, block_k) else 0
-    w_desc = TensorDescriptor.from_tensor(weight, [cfg["BLOCK_N"], block_k]) if stages else weight
+    w_desc = tma.descriptor(weight, [cfg["BLOCK_N"], block_k]) if cfg.get("TMA") else None
+    stages = int(cfg["TMA"]) if w_desc is not None else 0
     _gemv_kernel[(triton.cdiv(N, cfg["BLOCK_N"]),)](
         x,
         weight,
-        w_desc,
+        w_desc if w_desc is not None else weight,
         out,
         norm_weight if norm_weight is not None else x,
         residual if residual is not None else out,
@@ -207,13 +203,3 @@ def gemv_triton(
         **launch_options(x),
     )
     return out
-
-
-def _tma_ok(weight: torch.Tensor, block_k: int) -> bool:
-    """Whether W can stream through a TMA descriptor: Hopper or later (the CPU interpreter emulates it),
-    a box of at most 256 along K, and 16-byte aligned base and rows."""
-    if TensorDescriptor is None or block_k > 256 or weight.stride(1) != 1:
-        return False
-    if weight.is_cuda and torch.cuda.get_device_capability(weight.device)[0] < 9:
-        return False
-    return weight.data_ptr() % 16 == 0 and (weight.stride(0) * weight.element_size()) % 16 == 0

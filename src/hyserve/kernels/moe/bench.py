@@ -139,21 +139,20 @@ def stage_times(x: torch.Tensor, layer: dict, top_k: int) -> dict[str, float]:
 
 
 PAIRS_LAYERS = 8
-# the T=1 plan first, then the REDUCE_EACH / PREFETCH options (gate_up_pairs) on it and on bigger tiles, which
-# REDUCE_EACH makes affordable in registers (sm_90, `kernels/aot_check.py`: 48 -> 32 a thread at 4 x 256).
-# Measured 2026-12-03 without the options: num_stages 1-4 alike; BLOCK_I 8 or BLOCK_K 512 19-21 us vs 13.7.
+# the T=1 plan, then the TMA option (stage counts; BLOCK_K at most 256) on it and on bigger slices, which TMA's
+# copies to shared memory make affordable in registers. Measured on the H200 (2026-12-03): num_stages 1-4
+# alike; BLOCK_I 8 or BLOCK_K 512 19-21 us vs 13.7; REDUCE_EACH / PREFETCH within -1% / +7% of the plan alone
+# (12.84-16.92 us against 12.97) and slower in the engine.
 PAIRS_GATE_UP = [
-    {"BLOCK_I": bi, "BLOCK_K": bk, "num_warps": nw, "REDUCE_EACH": r, "PREFETCH": p}
-    for bi, bk, nw, r, p in (
-        (4, 256, 4, 0, 0),
-        (4, 256, 4, 1, 0),
-        (4, 256, 4, 0, 1),
-        (4, 256, 4, 1, 1),
-        (4, 512, 4, 1, 0),
-        (4, 512, 4, 1, 1),
-        (2, 512, 4, 1, 1),
-        (4, 1024, 4, 1, 0),
-        (8, 256, 4, 1, 1),
+    {"BLOCK_I": bi, "BLOCK_K": bk, "num_warps": nw, **({"TMA": t} if t else {})}
+    for bi, bk, nw, t in (
+        (4, 256, 4, 0),
+        (4, 256, 4, 3),
+        (4, 256, 4, 4),
+        (4, 256, 4, 6),
+        (8, 256, 4, 4),
+        (8, 128, 4, 6),
+        (16, 128, 4, 4),
     )
 ]
 PAIRS_DOWN = [

@@ -292,10 +292,20 @@ def test_triton_paths_vs_reference(T: int, path: str) -> None:
 
 
 @pytest.mark.parametrize("T", [1, 5])
-@pytest.mark.parametrize("opts", [dict(REDUCE_EACH=1), dict(PREFETCH=1), dict(REDUCE_EACH=1, PREFETCH=1)])
+@pytest.mark.parametrize(
+    "opts",
+    [
+        dict(REDUCE_EACH=1),
+        dict(PREFETCH=1),
+        dict(REDUCE_EACH=1, PREFETCH=1),
+        dict(TMA=3),
+        dict(TMA=2, REDUCE_EACH=1),
+    ],
+)
 def test_pairs_kernel_options(T: int, opts: dict) -> None:
-    """The pairs kernels' plan options (fewer registers, one tile ahead) against the reference; tiles that
-    leave masked tails in K and I (H = 48 over BLOCK_K 32, I = 40 over BLOCK_I 16)."""
+    """The pairs kernels' plan options (fewer registers, one tile ahead, TMA copies: gate_up only) against the
+    reference; tiles that leave masked tails in K and I (H = 48 over BLOCK_K 32, I = 40 over BLOCK_I 16: the
+    last TMA box reads past the slice)."""
     d = make_inputs(T, **SMALL, dead=2 if T > 1 else 0, seed=400 + T)
     plan = pairs_plan()
     plan = dict(plan, gate_up={**plan["gate_up"], **opts}, down={**plan["down"], **opts})

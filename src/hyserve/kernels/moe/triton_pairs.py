@@ -30,6 +30,7 @@ import torch
 import triton
 import triton.language as tl
 
+from hyserve.kernels import tma
 from hyserve.kernels.moe.routing import round_code, token_topk
 from hyserve.kernels.moe.workspace import empty, launch
 from hyserve.kernels.pdl import wait_for_previous
@@ -49,11 +50,26 @@ def _gate_up_tile(acc_g, acc_u, wg, wu, x_row, k, km, REDUCE_EACH: tl.constexpr)
     return acc_g, acc_u
 
 
+@triton.jit
+def _gate_up_tma(desc, row_g, row_u, acc_g, acc_u, x_row, kk, H, BLOCK_K: tl.constexpr, REDUCE_EACH: tl.constexpr,
+                 STAGES: tl.constexpr):  # fmt: skip
+    """acc += the gate rows [row_g, +BLOCK_I) and up rows [row_u, +BLOCK_I) of the descriptor's matrix times x,
+    over K = H, the tile copies pipelined STAGES-1 deep."""
+    for k0 in tl.range(0, H, BLOCK_K, num_stages=STAGES):
+        k = k0 + kk
+        wg = desc.load([row_g, k0])
+        wu = desc.load([row_u, k0])
+        acc_g, acc_u = _gate_up_tile(acc_g, acc_u, wg, wu, x_row, k, k < H, REDUCE_EACH)
+    return acc_g, acc_u
+
+
 @triton.jit(do_not_specialize=["P0"])
 def _gate_up_pairs_kernel(
     x_ptr,
     w_ptr,
     sw_ptr,
+    w_desc,
+    sw_desc,
     sg_ptr,
     ids_ptr,
     topk_w_ptr,
@@ -78,9 +94,11 @@ def _gate_up_pairs_kernel(
     LATE_WAIT: tl.constexpr,
     FROM_LOGITS: tl.constexpr,
     ROUND: tl.constexpr,
+    TMA: tl.constexpr,
     USE_PDL: tl.constexpr,
 ):
-    """Pair p = P0 + program_id(1). REDUCE_EACH, PREFETCH, LATE_WAIT: see ``gate_up_pairs``. FROM_LOGITS:
+    """Pair p = P0 + program_id(1). REDUCE_EACH, PREFETCH, LATE_WAIT, TMA: see ``gate_up_pairs`` (w_desc,
+    sw_desc: the routed experts' [E*2I, H] and the shared expert's [2I, H] descriptors). FROM_LOGITS:
     ``ids_ptr`` is the router's logits [*, EP] fp32 and the pair's expert and weight come from its token's
     top-k (``topk_w_ptr`` unused)."""
     if not LATE_WAIT:
@@ -110,7 +128,15 @@ def _gate_up_pairs_kernel(
     u_rows = wbase + (ii + I).to(tl.int64)[:, None] * stride_n
     acc_g = tl.zeros((BLOCK_I, 1 if REDUCE_EACH else BLOCK_K), dtype=tl.float32)
     acc_u = tl.zeros((BLOCK_I, 1 if REDUCE_EACH else BLOCK_K), dtype=tl.float32)
-    if PREFETCH:  # the next tiles' loads are issued before this tile's multiply: two tiles in flight
+    if TMA:  # rows past the slice's end read other rows (or zeros): their results are never stored
+        if is_shared:
+            acc_g, acc_u = _gate_up_tma(sw_desc, n * BLOCK_I, I + n * BLOCK_I, acc_g, acc_u, x_row, kk, H,
+                                        BLOCK_K, REDUCE_EACH, TMA)  # fmt: skip
+        else:
+            row = e.to(tl.int32) * (2 * I) + n * BLOCK_I
+            acc_g, acc_u = _gate_up_tma(w_desc, row, row + I, acc_g, acc_u, x_row, kk, H, BLOCK_K, REDUCE_EACH,
+                                        TMA)  # fmt: skip
+    elif PREFETCH:  # the next tiles' loads are issued before this tile's multiply: two tiles in flight
         wm = imask[:, None] & (kk < H)[None, :]
         wg = tl.load(g_rows + kk[None, :], mask=wm, other=0.0)
         wu = tl.load(u_rows + kk[None, :], mask=wm, other=0.0)
@@ -292,7 +318,9 @@ def gate_up_pairs(
     ``routing.router_logits_fused`` and ``top_k``. cfg: BLOCK_I, BLOCK_K,
     num_warps, and two options (default off; ``moe.bench --pairs`` times them): REDUCE_EACH (reduce the
     products over K every tile instead of once at the end: fewer registers, more programs resident) and
-    PREFETCH (load the next tiles before multiplying this one: two tiles in flight a program).
+    PREFETCH (load the next tiles before multiplying this one: two tiles in flight a program); TMA (a stage
+    count: the weights through Hopper tensor descriptors, the K loop pipelined that deep; BLOCK_K <= 256,
+    ignored where a descriptor cannot be made).
 
     ``part``: "all" pairs in one launch, or the shared expert's rows alone ("shared") and then the routed
     pairs alone into the same ``h`` ("routed", launched right after "shared"). The routed launch then reads
@@ -318,12 +346,20 @@ def gate_up_pairs(
         "routed": (0, T * k_top),
     }[part]
     grid = (triton.cdiv(inter, cfg["BLOCK_I"]), count)
+    w_desc = sw_desc = None
+    if cfg.get("TMA") and w_gate_up.stride(0) == two_i * w_gate_up.stride(1):
+        box = [cfg["BLOCK_I"], cfg["BLOCK_K"]]
+        w_desc = tma.descriptor(w_gate_up.view(E * two_i, H), box)
+        sw_desc = tma.descriptor(sw if sw.dim() == 2 else sw.view(-1, H), box)
+    use_tma = w_desc is not None and sw_desc is not None
     launch(
         _gate_up_pairs_kernel,
         grid,
         x,
         w_gate_up,
         sw,
+        w_desc if use_tma else w_gate_up,
+        sw_desc if use_tma else sw,
         sg,
         *route,
         h,
@@ -347,6 +383,7 @@ def gate_up_pairs(
         LATE_WAIT=part == "routed",
         FROM_LOGITS=logits is not None,
         ROUND=round_code(x.dtype),
+        TMA=int(cfg["TMA"]) if use_tma else 0,
         num_warps=cfg.get("num_warps", 4),
         num_stages=cfg.get("num_stages", 1),
     )
