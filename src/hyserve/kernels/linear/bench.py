@@ -57,7 +57,11 @@ def bench_shape(n: int, k: int, rows: int, cands: list[dict]) -> tuple[list[dict
         dict(shape=f"{n}x{k}", cfg="cublas", us=best[0] * 1e3, pct_hbm=100 * w_bytes / (best[0] * 1e-3) / HBM)
     )
     for cfg in cands:
-        got = gemv_triton(x, w, cfg).float()
+        try:
+            got = gemv_triton(x, w, cfg).float()
+        except Exception as e:  # noqa: BLE001 - a tile the compiler or the TMA encoder rejects: report, go on
+            print(f"{n}x{k} {cfg}: {type(e).__name__}: {str(e)[:200]}", flush=True)
+            continue
         err = ((got - ref).norm() / ref.norm()).item()
         if not err < 1e-2:
             raise AssertionError(f"{n}x{k} {cfg}: rel err {err}")
