@@ -222,3 +222,40 @@ def test_prefill_real_shapes(page):
     out = paged_prefill(*b.args(), b.gate, out=b.poisoned_out())
     assert not out.isnan().any()
     assert _rel(out, ref) < TOL[torch.bfloat16]
+
+
+@pytest.mark.skipif(not CUDA or torch.cuda.get_device_capability()[0] < 9, reason="needs PDL (sm_90+)")
+def test_decode_after_store_under_pdl_graph(monkeypatch):
+    """The KV store then the paged decode, as the model runs them, captured with PDL and replayed with a new
+    token's k, v and q each time: the decode kernel loads the earlier tokens' K/V before its PDL wait, the
+    new token's row after it. Before each replay the new rows are poisoned (NaN), so a row read before the
+    store would show; the result must equal plain launches' bit for bit."""
+    ctx = [200, 640, 1, 64]
+    b = Batch(ctx, [1] * len(ctx), 16, 2, 256, 16, dtype=torch.bfloat16, seed=3)
+    pos = torch.tensor(ctx, device="cuda") - 1
+    slots = b.block_tables.long()[torch.arange(len(ctx), device="cuda"), pos // 16] * 16 + pos % 16
+    gen = torch.Generator(device="cuda").manual_seed(4)
+    k_new = torch.empty(len(ctx), 2, 256, device="cuda", dtype=torch.bfloat16)
+    v_new, q = torch.empty_like(k_new), torch.empty_like(b.q)
+
+    def step(out=None):
+        store_kv_triton(k_new, v_new, b.k_cache, b.v_cache, slots)
+        return paged_decode(q, *b.args()[1:], b.gate, 8192, out=out)
+
+    step()  # compile before capture
+    out = torch.empty_like(b.q)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        step(out)
+    for _ in range(4):
+        for t in (k_new, v_new, q):
+            t.copy_(torch.randn(t.shape, device="cuda", generator=gen))
+        monkeypatch.setenv("HYSERVE_PDL", "0")
+        want = step().clone()
+        monkeypatch.delenv("HYSERVE_PDL")
+        b.k_cache.view(-1, 2, 256)[slots] = float("nan")
+        b.v_cache.view(-1, 2, 256)[slots] = float("nan")
+        out.fill_(float("nan"))
+        graph.replay()
+        torch.cuda.synchronize()
+        assert torch.equal(out, want)
