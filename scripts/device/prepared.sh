@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # What was prepared on the CPU on 2026-12-03 (second session) and not yet timed, on the H200, in two calls on
 # one warm machine (carry .whl; PART=2 within ~30 s of PART=1's end, or the machine is gone with $W):
-# PART=1 (~8 min): the GPU tests of the changes (DeltaNet step with its conv inputs before the PDL wait -
-#   exact, on the default path; the MoE "topk_in_experts" plan option; the GEMV and MoE gate_up "TMA" plan
+# PART=1 (~8 min): the GPU tests of the changes (DeltaNet step with its conv inputs before the PDL wait and
+#   the paged decode with its first K/V tile before it - exact, on the default path; the MoE
+#   "topk_in_experts" plan option; the GEMV and MoE gate_up "TMA" plan
 #   options), the isolated GEMV sweep with TMA tiles (linear/bench.py --tma) and the T=1 pairs kernels with
 #   TMA (moe/bench.py --pairs), then the B=1 decode profile (B=4 too) with the committed plans and with the
 #   options switched on in the JSONs (edited on the device); the fastest variant's JSONs stay in
@@ -22,8 +23,9 @@ if [ "${PART:-1}" = 2 ]; then
   tar czf "$OUT/results2.tgz" -C $W .
   exit 0
 fi
-run pytest 150 python3 -m pytest -q -p no:cacheprovider src/hyserve/kernels/gdn_decode_step \
-  src/hyserve/kernels/linear src/hyserve/kernels/moe/test_moe.py -k "not real_shapes and not float64"
+run pytest 170 python3 -m pytest -q -p no:cacheprovider src/hyserve/kernels/gdn_decode_step \
+  src/hyserve/kernels/attention src/hyserve/kernels/test_pdl.py src/hyserve/kernels/linear \
+  src/hyserve/kernels/moe/test_moe.py -k "not real_shapes and not float64"
 grep -E "^FAILED|^E " $W/pytest.log | head -n 12
 cp $MOE $W/moe.json; cp $GEMV $W/gemv.json
 TAILN=24 run sweep 150 python3 -m hyserve.kernels.linear.bench --block-k 1024 --tma 2,3,4,6 --write
