@@ -28,9 +28,9 @@ run pytest 170 python3 -m pytest -q -p no:cacheprovider src/hyserve/kernels/gdn_
   src/hyserve/kernels/moe/test_moe.py -k "not real_shapes and not float64"
 grep -E "^FAILED|^E " $W/pytest.log | head -n 12
 cp $MOE $W/moe.json; cp $GEMV $W/gemv.json
-TAILN=24 run sweep 150 python3 -m hyserve.kernels.linear.bench --block-k 1024 --tma 2,3,4,6 --write
+TAILN=24 run sweep 120 python3 -m hyserve.kernels.linear.bench --block-k 1024 --tma 2,3,4,6 --write
 cp $GEMV $W/gemv_sweep.json; cp $W/gemv.json $GEMV
-TAILN=14 run pairs 120 python3 -m hyserve.kernels.moe.bench --pairs
+TAILN=14 run pairs 60 python3 -m hyserve.kernels.moe.bench --pairs
 # variant NAME GEMV_JSON MOE_EDIT: the B=1 (and B=4) profile with that gemv.json and the MoE plans of the T=1,
 # 2, 4 buckets updated with MOE_EDIT (a JSON object; "gate_up.TMA" sets a key of the gate_up config)
 variant() {
