@@ -163,32 +163,32 @@ def _gdn_decode_step_kernel(
 
     # every conv window read above is consumed: publish the new conv state
     tl.debug_barrier()
-    if EARLY_CONV:  # rows 1, 2 are in registers
+    if EARLY_CONV:
+        # The ticket first, release only: the fence in front of it has no store of this program to wait
+        # for, and nothing after it waits for its round trip; the last program acquires and shifts the q/k
+        # windows after its o store. Rows 1 and 2 of the v windows (this program's own) are in registers.
+        ticket = tl.atomic_add(cnt_qk_ptr + b64 * H + i_h, 1, sem="release")
+        last_qk = ticket == G * NV - 1
         tl.store(c_base + cv, hv1, mask=mv)
         tl.store(c_base + D + cv, hv2, mask=mv)
     else:
         for w in tl.static_range(W - 2):
             tl.store(c_base + w * D + cv, tl.load(c_base + (w + 1) * D + cv, mask=mv), mask=mv)
     tl.store(c_base + (W - 2) * D + cv, xv.to(C_DT), mask=mv)
-    if G * NV > 1:
-        ticket = tl.atomic_add(cnt_qk_ptr + b64 * H + i_h, 1, sem="acq_rel")
-        last_qk = ticket == G * NV - 1
-    else:
-        last_qk = True
-    if last_qk:  # every reader of this key head's q/k windows is done
-        if EARLY_CONV:
-            tl.store(c_base + cq, hq1, mask=mk)
-            tl.store(c_base + D + cq, hq2, mask=mk)
-            tl.store(c_base + ck, hk1, mask=mk)
-            tl.store(c_base + D + ck, hk2, mask=mk)
+    if not EARLY_CONV:
+        if G * NV > 1:
+            ticket = tl.atomic_add(cnt_qk_ptr + b64 * H + i_h, 1, sem="acq_rel")
+            last_qk = ticket == G * NV - 1
         else:
+            last_qk = True
+        if last_qk:  # every reader of this key head's q/k windows is done
             for w in tl.static_range(W - 2):
                 tl.store(c_base + w * D + cq, tl.load(c_base + (w + 1) * D + cq, mask=mk), mask=mk)
                 tl.store(c_base + w * D + ck, tl.load(c_base + (w + 1) * D + ck, mask=mk), mask=mk)
-        tl.store(c_base + (W - 2) * D + cq, xq.to(C_DT), mask=mk)
-        tl.store(c_base + (W - 2) * D + ck, xk.to(C_DT), mask=mk)
-        if G * NV > 1:
-            tl.store(cnt_qk_ptr + b64 * H + i_h, 0)
+            tl.store(c_base + (W - 2) * D + cq, xq.to(C_DT), mask=mk)
+            tl.store(c_base + (W - 2) * D + ck, xk.to(C_DT), mask=mk)
+            if G * NV > 1:
+                tl.store(cnt_qk_ptr + b64 * H + i_h, 0)
 
     # gates (fp32, beta rounded to b's dtype like b.sigmoid())
     if NV == 1:
@@ -225,6 +225,18 @@ def _gdn_decode_step_kernel(
         tl.store(o_base + ov, y.to(X_DT), mask=mv)
     else:
         tl.store(o_base + ov, o.to(X_DT), mask=mv)
+        if EARLY_CONV and last_qk:  # every reader of this key head's q/k windows has released its ticket
+            cnt = cnt_qk_ptr + b64 * H + i_h
+            if G * NV > 1:
+                tl.atomic_xchg(
+                    cnt, 0, sem="acquire"
+                )  # their reads before these stores; the counter back to 0
+            tl.store(c_base + cq, hq1, mask=mk)
+            tl.store(c_base + D + cq, hq2, mask=mk)
+            tl.store(c_base + 2 * D + cq, xq.to(C_DT), mask=mk)
+            tl.store(c_base + ck, hk1, mask=mk)
+            tl.store(c_base + D + ck, hk2, mask=mk)
+            tl.store(c_base + 2 * D + ck, xk.to(C_DT), mask=mk)
         tl.debug_barrier()
         ticket_o = tl.atomic_add(cnt_o_ptr + b64 * HV + i_hv, 1, sem="acq_rel")
         if ticket_o == NV - 1:  # all tiles of this head are stored: normalise the head
