@@ -143,7 +143,11 @@ def sample_on_device(
     of these sequences asked for (None: no logprobs at all). ``offset``: tokens each sequence has generated
     beyond ``output_token_ids`` (1 when this step was launched before the host saw the previous token)."""
     raw = logits
-    logits = logits.clone()
+    edits = any(
+        s.params.needs_penalties or len(s.output_token_ids) + offset < s.params.min_tokens for s in seqs
+    )
+    if edits:  # penalties and min-token masks write into the logits; raw stays for the logprobs
+        logits = logits.clone()
     _penalise(logits, seqs)
     _mask_stops_before_min_tokens(logits, seqs, eos_ids, offset)
     greedy_rows = [s.params.greedy for s in seqs]
