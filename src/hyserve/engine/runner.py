@@ -10,7 +10,7 @@ import torch
 
 from hyserve.config import ModelConfig
 from hyserve.engine.cache_manager import CacheConfig
-from hyserve.engine.sampler import DeviceSample, sample_on_device
+from hyserve.engine.sampler import DeviceSample, sample_on_device, writes_logits
 from hyserve.engine.scheduler import SchedulerOutput
 from hyserve.engine.sequence import Sequence
 from hyserve.model.batch import ForwardBatch, ModelCache
@@ -245,11 +245,7 @@ class ModelRunner:
         logits, greedy = self.graphs.run(out, input_tokens)
         seqs = [e.seq for e in out.scheduled]
         plain = all(
-            s.params.greedy
-            and s.params.logprobs is None
-            and not s.params.needs_penalties
-            and len(s.output_token_ids) + offset >= s.params.min_tokens
-            for s in seqs
+            s.params.greedy and s.params.logprobs is None and not writes_logits(s, offset) for s in seqs
         )
         # The benchmark case: the argmax came out of the graph. Copy it out of the graph's output buffer, which
         # the next replay (possibly launched before the host reads this one) overwrites.

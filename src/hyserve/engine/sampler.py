@@ -68,6 +68,12 @@ class DeviceSample:
         return SamplerOutput(tokens, logprobs_t.tolist(), top)
 
 
+def writes_logits(seq: Sequence, offset: int = 0) -> bool:
+    """Whether sampling this sequence changes its logits row: penalties, or stop tokens masked before
+    ``min_tokens`` (``_penalise``, ``_mask_stops_before_min_tokens``)."""
+    return seq.params.needs_penalties or len(seq.output_token_ids) + offset < seq.params.min_tokens
+
+
 def _penalise(logits: torch.Tensor, seqs: list[Sequence]) -> None:
     for row, seq in enumerate(seqs):
         p = seq.params
@@ -143,10 +149,7 @@ def sample_on_device(
     of these sequences asked for (None: no logprobs at all). ``offset``: tokens each sequence has generated
     beyond ``output_token_ids`` (1 when this step was launched before the host saw the previous token)."""
     raw = logits
-    edits = any(
-        s.params.needs_penalties or len(s.output_token_ids) + offset < s.params.min_tokens for s in seqs
-    )
-    if edits:  # penalties and min-token masks write into the logits; raw stays for the logprobs
+    if any(writes_logits(s, offset) for s in seqs):  # raw stays for the logprobs
         logits = logits.clone()
     _penalise(logits, seqs)
     _mask_stops_before_min_tokens(logits, seqs, eos_ids, offset)

@@ -27,6 +27,7 @@ __all__ = [
     "gated_delta_rule_prefill",
     "gated_rms_norm",
     "gdn_decode_step",
+    "gdn_step_splits_heads",
     "linear",
     "paged_attention",
     "qk_norm_rope",
@@ -34,7 +35,6 @@ __all__ = [
     "rms_norm",
     "rope_cos_sin",
     "silu_and_mul",
-    "gdn_step_splits_heads",
     "store_kv",
     "use_reference",
 ]
