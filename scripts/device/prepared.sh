@@ -81,7 +81,7 @@ cp $GDN $W/gdn.py; cp $MODEL $W/model.py
 sed -i 's/^_CONFIGS = ((2, 32, 4),/_CONFIGS = ((2, 128, 4),/' $GDN && variant gdn_bv128 $W/gemv.json '{}'
 cp $W/gdn.py $GDN
 # the DeltaNet output norm back in the step (its head-wide ticket) instead of out_proj's GEMV prologue
-sed -i 's/norm_in_out_proj = ops.gdn_step_splits_heads/norm_in_out_proj = False and ops.gdn_step_splits_heads/' \
+sed -i 's/norm_in_out_proj = splits and/norm_in_out_proj = False and/' \
   $MODEL && variant gdn_norm_in_step $W/gemv.json '{}'
 cp $W/model.py $MODEL
 variant base_again $W/gemv.json '{}'
