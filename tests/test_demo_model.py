@@ -206,3 +206,10 @@ def test_accuracy_through_transformers():
         demo_task.transformers_generate_fn(mode="plain"), n=100, seed=1234, mode="plain"
     )
     assert plain >= MIN_PLAIN_ACCURACY, plain
+
+
+def test_max_model_len_beyond_the_model_is_refused():
+    from hyserve.llm import LLM
+
+    with pytest.raises(ValueError, match="max_position_embeddings 512"):
+        LLM(str(DEMO_MODEL_DIR), device="cpu", progress=False, max_model_len=513)

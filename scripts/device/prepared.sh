@@ -67,7 +67,8 @@ PY
     --prefill-graph-sizes none --batch 1,4 --steps 30 --no-warmup
   local ms b4; ms=$(grep -h "== batch 1:" "$W/profile_$1.log" | sed -E 's/.*step ([0-9.]+) ms.*/\1/')
   b4=$(grep -h "== batch 4:" "$W/profile_$1.log" | sed -E 's/.*step ([0-9.]+) ms.*/\1/')
-  echo "$1 ${ms:-fail} B=4 ${b4:-fail}" | tee -a $W/variants.txt
+  echo "$1 ${ms:-fail} B=4 ${b4:-fail}" | tee -a $W/variants.txt $OUT/variants.txt
+  cp "$W/profile_$1.log" "$OUT/"
   [ -n "$ms" ] && cp $GEMV "$W/gemv_$1.json" && cp $MOE "$W/moe_$1.json"
 }
 variant base $W/gemv.json '{}'

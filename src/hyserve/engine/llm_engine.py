@@ -123,6 +123,11 @@ class LLMEngine:
         )
         log.info("model ready in %.1f s on %s (%s)", time.perf_counter() - start, self.device, self.dtype)
         self.max_model_len = args.max_model_len or min(self.config.max_position_embeddings, 32768)
+        if self.max_model_len > self.config.max_position_embeddings:
+            raise ValueError(
+                f"--max-model-len {self.max_model_len} exceeds the model's max_position_embeddings "
+                f"{self.config.max_position_embeddings} (config.json); allowed: 1..{self.config.max_position_embeddings}"
+            )
         cache_config = self._plan_cache()
         self.scheduler_config = SchedulerConfig(
             max_num_seqs=args.max_num_seqs,

@@ -120,7 +120,7 @@ def main() -> None:
     build(store_kv._store_kv_kernel, kv_types, dict(H=2, D=256, BLOCK_H=2, BLOCK_D=256, PAGE=16, USE_PDL=True), 4,
           1, label="store_kv")  # fmt: skip
     qk_types = {"q_ptr": BF, "k_ptr": BF, "qw_ptr": BF, "kw_ptr": BF, "cos_ptr": F32, "sin_ptr": F32,
-                "q_out_ptr": BF, "k_out_ptr": BF, "eps": "fp32"}  # fmt: skip
+                "pos_ptr": "*i64", "q_out_ptr": BF, "k_out_ptr": BF, "eps": "fp32"}  # fmt: skip
     build(qk_rope._qk_norm_rope_kernel, qk_types, dict(HQ=16, HK=2, D=256, BLOCK_HQ=16, BLOCK_HK=2, BLOCK_D=256,
           ROT=64, USE_PDL=True), 8, 1, label="qk_norm_rope")  # fmt: skip
     block_d, rows, warps = rmsnorm.launch_shape(2048)

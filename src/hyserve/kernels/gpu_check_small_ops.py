@@ -145,10 +145,10 @@ def _graph_case(rep: Report, batch: int, max_seq_len: int | None) -> None:
     bt = torch.zeros(batch, width, dtype=torch.int32, device="cuda")
     slots = torch.zeros(batch, dtype=torch.int64, device="cuda")
     cu = torch.arange(batch + 1, dtype=torch.int32, device="cuda")
+    cos, sin = rope_cos_sin(torch.arange(width * page, device="cuda"), 64, 1e7)
 
     def step():
-        cos, sin = rope_cos_sin(positions, 64, 1e7)
-        q, k = qk_norm_rope(proj[..., :d], k_new, qw, kw, 1e-6, cos, sin, 64)
+        q, k = qk_norm_rope(proj[..., :d], k_new, qw, kw, 1e-6, cos, sin, positions, 64)
         store_kv(k, v_new, kc, vc, slots)
         o = paged_attention(q, kc, vc, cu, seq_lens, bt, d**-0.5, gate=proj[..., d:], max_seq_len=max_seq_len)
         return q, o
@@ -213,9 +213,10 @@ def check_small_ops(rep: Report) -> None:
         proj = 2 * torch.randn(t, 16, 512, **bf)
         k = torch.randn(t, 2, 256, **bf)
         qw, kw = 0.2 * torch.randn(256, **bf), 0.2 * torch.randn(256, **bf)
-        cos, sin = rope_cos_sin(torch.randint(0, 100000, (t,), device="cuda"), 64, 1e7)
-        got = qk_norm_rope(proj[..., :256], k, qw, kw, 1e-6, cos, sin, 64)
-        want = qk_norm_rope_reference(proj[..., :256], k, qw, kw, 1e-6, cos, sin, 64)
+        cos, sin = rope_cos_sin(torch.arange(100000, device="cuda"), 64, 1e7)
+        pos = torch.randint(0, 100000, (t,), device="cuda")
+        got = qk_norm_rope(proj[..., :256], k, qw, kw, 1e-6, cos, sin, pos, 64)
+        want = qk_norm_rope_reference(proj[..., :256], k, qw, kw, 1e-6, cos, sin, pos, 64)
         rep.check(f"qk_norm_rope q T={t}", _rel(got[0], want[0]))
         rep.check(f"qk_norm_rope k T={t}", _rel(got[1], want[1]))
 

@@ -160,9 +160,10 @@ class Attention(nn.Module):
         norm: RMSNorm,
         batch: ForwardBatch,
         cache: ModelCache,
-        rope: tuple[torch.Tensor, torch.Tensor],
+        rope: tuple[torch.Tensor, torch.Tensor, torch.Tensor],
     ) -> torch.Tensor:
-        """x [T, hidden], the residual stream: ``x += o_proj(attention(norm(x)))`` in place."""
+        """x [T, hidden], the residual stream: ``x += o_proj(attention(norm(x)))`` in place; rope is
+        ``TextModel.rope``'s (cos table, sin table, positions)."""
         t = x.shape[0]
         q_gate, k, v = self.qkv_proj(x, norm).split(self.proj_sizes, dim=-1)
         q, gate = q_gate.view(t, self.num_heads, 2 * self.head_dim).chunk(2, dim=-1)
@@ -272,7 +273,11 @@ class DecoderLayer(nn.Module):
         self.post_attention_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
 
     def forward(
-        self, x: torch.Tensor, batch: ForwardBatch, cache: ModelCache, rope: tuple[torch.Tensor, torch.Tensor]
+        self,
+        x: torch.Tensor,
+        batch: ForwardBatch,
+        cache: ModelCache,
+        rope: tuple[torch.Tensor, torch.Tensor, torch.Tensor],
     ) -> torch.Tensor:
         """x [T, hidden]: the residual stream, updated in place and returned."""
         if self.layer_type == FULL_ATTENTION:
@@ -290,10 +295,21 @@ class TextModel(nn.Module):
         self.embed_tokens.weight.requires_grad_(False)
         self.layers = nn.ModuleList(DecoderLayer(config, i) for i in range(config.num_hidden_layers))
         self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+        self.rope_table: tuple[torch.Tensor, torch.Tensor] | None = None  # see rope
+
+    def rope(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(cos, sin, positions): the RoPE tables [max_position_embeddings, rotary_dim // 2] fp32, built on the
+        first forward (the engine's warm-up, before any graph capture) so that a step computes none, and the
+        positions [T] the attention layers read them at."""
+        c = self.config
+        if self.rope_table is None or self.rope_table[0].device != positions.device:
+            every = torch.arange(c.max_position_embeddings, device=positions.device)
+            self.rope_table = ops.rope_cos_sin(every, c.rotary_dim, c.rope_theta)
+        return (*self.rope_table, positions)
 
     def forward(self, batch: ForwardBatch, cache: ModelCache) -> torch.Tensor:
         """Returns the final-normed hidden states [T, hidden]."""
-        rope = ops.rope_cos_sin(batch.positions, self.config.rotary_dim, self.config.rope_theta)
+        rope = self.rope(batch.positions)
         x = self.embed_tokens(batch.input_ids)  # [T, hidden], the residual stream
         for layer in self.layers:
             x = layer(x, batch, cache, rope)

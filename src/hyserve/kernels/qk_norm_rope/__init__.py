@@ -22,11 +22,13 @@ def qk_norm_rope(
     eps: float,
     cos: torch.Tensor,
     sin: torch.Tensor,
+    positions: torch.Tensor,
     rotary_dim: int,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """See ``qk_norm_rope_reference``: q [T, Hq, D], k [T, Hk, D] -> new (q, k)."""
+    """See ``qk_norm_rope_reference``: q [T, Hq, D], k [T, Hk, D], the cos/sin tables read at ``positions``
+    [T] -> new (q, k)."""
     if (
-        triton_enabled(q, k, q_weight, k_weight, cos, sin)
+        triton_enabled(q, k, q_weight, k_weight, cos, sin, positions)
         and q.dtype in _DTYPES
         and k.dtype == q.dtype
         and q.shape[2] == k.shape[2]
@@ -35,8 +37,8 @@ def qk_norm_rope(
     ):
         from hyserve.kernels.qk_norm_rope.triton_kernel import qk_norm_rope_triton
 
-        return qk_norm_rope_triton(q, k, q_weight, k_weight, eps, cos, sin, rotary_dim)
-    return qk_norm_rope_reference(q, k, q_weight, k_weight, eps, cos, sin, rotary_dim)
+        return qk_norm_rope_triton(q, k, q_weight, k_weight, eps, cos, sin, positions, rotary_dim)
+    return qk_norm_rope_reference(q, k, q_weight, k_weight, eps, cos, sin, positions, rotary_dim)
 
 
 __all__ = ["qk_norm_rope", "qk_norm_rope_reference", "rope_cos_sin"]

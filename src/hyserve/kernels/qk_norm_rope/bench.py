@@ -18,12 +18,13 @@ def bench(tokens: int, hq: int = 16, hk: int = 2, dim: int = 256, rot: int = 64)
     io = 2 * tokens * (hq + hk) * dim * 2 + 2 * tokens * (rot // 2) * 4
     qw = torch.randn(dim, device=DEVICE, dtype=DTYPE)
     kw = torch.randn(dim, device=DEVICE, dtype=DTYPE)
-    cos, sin = rope_cos_sin(torch.arange(tokens, device=DEVICE), rot, 1e7)
+    positions = torch.arange(tokens, device=DEVICE)
+    cos, sin = rope_cos_sin(positions, rot, 1e7)
     inputs = []
     for _ in range(copies_for(io)):
         q = torch.randn(tokens, hq, 2 * dim, device=DEVICE, dtype=DTYPE)[..., :dim]
         k = torch.randn(tokens, hk, dim, device=DEVICE, dtype=DTYPE)
-        inputs.append((q, k, qw, kw, 1e-6, cos, sin, rot))
+        inputs.append((q, k, qw, kw, 1e-6, cos, sin, positions, rot))
     ms = time_ms(Cycle(qk_norm_rope_triton, inputs))
     ref = time_ms(Cycle(qk_norm_rope_reference, inputs))
     return dict(

@@ -32,12 +32,15 @@ def qk_norm_rope_reference(
     eps: float,
     cos: torch.Tensor,
     sin: torch.Tensor,
+    positions: torch.Tensor,
     rotary_dim: int,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """q: [T, Hq, D], k: [T, Hk, D]; q_weight/k_weight: [D]; cos/sin: [T, rotary_dim // 2] fp32.
+    """q: [T, Hq, D], k: [T, Hk, D]; q_weight/k_weight: [D]; cos/sin: [P, rotary_dim // 2] fp32 tables
+    (``rope_cos_sin`` of positions 0..P-1), read at the tokens' ``positions`` [T] (int, each < P).
 
     Returns new (q, k) of the same shapes and dtype.
     """
+    cos, sin = cos[positions], sin[positions]
     q = rms_norm_reference(q, q_weight, eps)
     k = rms_norm_reference(k, k_weight, eps)
     return _rotate(q, cos, sin, rotary_dim), _rotate(k, cos, sin, rotary_dim)

@@ -2,7 +2,8 @@
 
 Shapes: q [T, Hq, D], k [T, Hk, D] as strided views (q is the first D of each head of q_proj's
 [T, Hq, 2D] output: token stride Hq*2D, head stride 2D; only the dim stride must be 1, nothing is copied);
-q_weight/k_weight [D] (applied as 1 + w); cos/sin [T, rotary_dim // 2] fp32 (any row stride).
+q_weight/k_weight [D] (applied as 1 + w); cos/sin [P, rotary_dim // 2] fp32 tables (any row stride), read at
+each token's position (positions [T], int32 or int64): built once, they cost a decode step no launches.
 Outputs: new contiguous q [T, Hq, D] and k [T, Hk, D].
 Grid: (T,); a program takes every q head and every k head of one token ([BLOCK_H, BLOCK_D] tiles), so the
 token's cos/sin row is loaded once. The rotation partner (d +- rotary_dim/2) is re-read from memory (an L1
@@ -68,6 +69,7 @@ def _qk_norm_rope_kernel(
     kw_ptr,
     cos_ptr,
     sin_ptr,
+    pos_ptr,
     q_out_ptr,
     k_out_ptr,
     stride_qt,
@@ -90,10 +92,11 @@ def _qk_norm_rope_kernel(
     cols = tl.arange(0, BLOCK_D)
     in_rot = cols < ROT
     freq = cols % (ROT // 2)
-    # cos/sin (computed at the start of the forward, many launches back) and the norm weights (and their
-    # values at the rotation partners) load while the previous kernel finishes (kernels/pdl.py)
-    cos = tl.load(cos_ptr + tok * stride_ct + freq, mask=in_rot, other=1.0)
-    sin = tl.load(sin_ptr + tok * stride_st + freq, mask=in_rot, other=0.0)
+    # the position (a step input, written before the forward), its cos/sin table rows and the norm weights
+    # (and their values at the rotation partners) load while the previous kernel finishes (kernels/pdl.py)
+    pos = tl.load(pos_ptr + tok).to(tl.int64)
+    cos = tl.load(cos_ptr + pos * stride_ct + freq, mask=in_rot, other=1.0)
+    sin = tl.load(sin_ptr + pos * stride_st + freq, mask=in_rot, other=0.0)
     # rotation partner of column d < ROT: d + ROT/2 (first half) or d - ROT/2 (second half)
     partner = tl.where(in_rot, tl.where(cols < ROT // 2, cols + ROT // 2, cols - ROT // 2), cols)
     col_ok = cols < D
@@ -148,6 +151,7 @@ def qk_norm_rope_triton(
     eps: float,
     cos: torch.Tensor,
     sin: torch.Tensor,
+    positions: torch.Tensor,
     rotary_dim: int,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Same contract as ``qk_norm_rope_reference``; q, k may be strided views (unit dim stride)."""
@@ -166,7 +170,7 @@ def qk_norm_rope_triton(
     if num_tokens > 0:
         block_d = triton.next_power_of_2(d)
         _qk_norm_rope_kernel[(num_tokens,)](
-            q, k, q_weight, k_weight, cos, sin, q_out, k_out,
+            q, k, q_weight, k_weight, cos, sin, positions.contiguous(), q_out, k_out,
             q.stride(0), q.stride(1), k.stride(0), k.stride(1), cos.stride(0), sin.stride(0), eps,
             HQ=hq, HK=hk, D=d, BLOCK_HQ=triton.next_power_of_2(hq), BLOCK_HK=triton.next_power_of_2(hk),
             BLOCK_D=block_d, ROT=rotary_dim,
