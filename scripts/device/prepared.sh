@@ -26,8 +26,8 @@ if [ "${PART:-1}" = 2 ]; then
 fi
 run pytest 150 python3 -m pytest -q -p no:cacheprovider src/hyserve/kernels/gdn_decode_step \
   src/hyserve/kernels/attention src/hyserve/kernels/test_pdl.py src/hyserve/kernels/linear \
-  src/hyserve/kernels/moe/test_moe.py -k "gdn or pdl or decode_kernel or padding or gemv or pairs_kernel_options \
-  or topk_in_experts or (cuda_graph and (plan or topk))"
+  src/hyserve/kernels/moe/test_moe.py src/hyserve/kernels/argmax src/hyserve/kernels/qk_norm_rope -k "gdn or pdl or decode_kernel or padding or gemv or pairs_kernel_options \
+  or topk_in_experts or (cuda_graph and (plan or topk)) or argmax or rope"
 grep -E "^FAILED|^E " $W/pytest.log | head -n 12
 cp $MOE $W/moe.json; cp $GEMV $W/gemv.json
 TAILN=24 run sweep 120 python3 -m hyserve.kernels.linear.bench --block-k 1024 --tma 2,3,4,6 --write

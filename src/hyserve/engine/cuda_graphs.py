@@ -99,8 +99,7 @@ class DecodeGraphs(GraphSet):
 
     def _step(self, size: int) -> tuple[torch.Tensor, torch.Tensor]:
         hidden = self.model(self._batch(size), self.cache)
-        logits = self.model.compute_logits(hidden)
-        return logits, logits.argmax(-1)
+        return self.model.compute_logits_and_greedy(hidden)
 
     def _pad_inputs(self) -> None:
         """Every row points at the spare block and slot: safe inputs for warm-up and capture."""

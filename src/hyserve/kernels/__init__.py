@@ -6,6 +6,7 @@ its inputs: the Triton kernel where one exists for the device and dtype, else th
 """
 
 from hyserve.kernels.activation import silu_and_mul
+from hyserve.kernels.argmax import logits_argmax
 from hyserve.kernels.attention import paged_attention, store_kv
 from hyserve.kernels.causal_conv1d import causal_conv1d_decode, causal_conv1d_prefill
 from hyserve.kernels.dispatch import reference_only, use_reference
@@ -29,6 +30,7 @@ __all__ = [
     "gdn_decode_step",
     "gdn_step_splits_heads",
     "linear",
+    "logits_argmax",
     "paged_attention",
     "qk_norm_rope",
     "reference_only",

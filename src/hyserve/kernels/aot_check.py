@@ -15,6 +15,7 @@ import warnings
 
 import torch
 
+from hyserve.kernels.argmax import triton_kernel as argmax
 from hyserve.kernels.attention import triton_decode as attn
 from hyserve.kernels.attention import triton_store_kv as store_kv
 from hyserve.kernels.gated_delta_rule.aot_check import BF, F32, FAILED, build
@@ -127,6 +128,9 @@ def main() -> None:
     norm_types = {"x_ptr": BF, "r_ptr": BF, "w_ptr": BF, "out_ptr": BF, "h_ptr": BF, "eps": "fp32"}
     build(rmsnorm._rms_norm_kernel, norm_types, dict(D=2048, BLOCK_D=block_d, ROWS=rows, HAS_RES=False,
           USE_PDL=True), warps, 1, label="rms_norm 2048")  # fmt: skip
+    am_types = {"x_ptr": BF, "out_ptr": F32, "partial_ptr": "*i64", "ids_ptr": "*i64", "counter_ptr": I32}
+    build(argmax._logits_argmax_kernel, am_types, dict(BLOCK=argmax.BLOCK, S_PAD=128, USE_PDL=True), 4, 1,
+          label="logits_argmax")  # fmt: skip
     if FAILED:
         raise SystemExit(f"{len(FAILED)} kernel(s) did not compile: {', '.join(FAILED)}")
 

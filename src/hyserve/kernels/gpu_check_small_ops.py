@@ -226,6 +226,7 @@ def check_small_ops(rep: Report) -> None:
 
 def run_benches(rep: Report, sweep: bool, start_time: float, sweep_after_s: float = 110.0) -> None:
     from hyserve.kernels.activation import bench as act_bench
+    from hyserve.kernels.argmax import bench as argmax_bench
     from hyserve.kernels.attention import bench as attn_bench
     from hyserve.kernels.gated_rmsnorm import bench as gated_bench
     from hyserve.kernels.qk_norm_rope import bench as rope_bench
@@ -237,6 +238,7 @@ def run_benches(rep: Report, sweep: bool, start_time: float, sweep_after_s: floa
         ("gated_rmsnorm", gated_bench),
         ("qk_norm_rope", rope_bench),
         ("activation", act_bench),
+        ("logits_argmax", argmax_bench),
     ):
         start = time.time()
         try:

@@ -333,3 +333,7 @@ class Qwen3_5ForCausalLM(nn.Module):
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """hidden: [L, hidden] -> logits [L, vocab] in fp32."""
         return self.lm_head(hidden).float()
+
+    def compute_logits_and_greedy(self, hidden: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``compute_logits`` and each row's argmax [L] int64 (the greedy token), in one pass over the logits."""
+        return ops.logits_argmax(self.lm_head(hidden))
