@@ -1,14 +1,13 @@
 #!/usr/bin/env bash
-# What was prepared on the CPU on 2026-12-03 (second session) and not yet timed, on the H200, in two calls on
-# one warm machine (carry .whl; PART=2 within ~30 s of PART=1's end, or the machine is gone with $W):
-# PART=1 (~8 min): the GPU tests of the changes (DeltaNet step with its conv inputs before the PDL wait and
-#   the paged decode with its first K/V tile before it - exact, on the default path; the MoE
-#   "topk_in_experts" plan option; the GEMV and MoE gate_up "TMA" plan
-#   options), the isolated GEMV sweep with TMA tiles (linear/bench.py --tma) and the T=1 pairs kernels with
-#   TMA (moe/bench.py --pairs), then the B=1 decode profile (B=4 too) with the committed plans and with the
-#   options switched on in the JSONs (edited on the device), with the DeltaNet step's B <= 2 tiles at BV 128
-#   (its _CONFIGS edited) and with its output norm back in the step (the model edited; both reported, not
-#   carried to PART=2); the fastest JSON variant's files stay in $W/best_*.json and come back in $OUT.
+# What was prepared on the CPU on 2026-12-03 (second and third sessions) and not yet timed, on the H200, in two
+# calls on one warm machine (carry .whl; PART=2 within ~30 s of PART=1's end, or the machine is gone with $W):
+# PART=1 (~7 min): the GPU tests of the changes (DeltaNet step with its conv inputs before the PDL wait and
+#   the paged decode with its first K/V tile before it - exact, on the default path; the RoPE tables and the
+#   one-launch logits + argmax; the MoE "topk_in_experts" plan option; the GEMV and MoE gate_up "TMA" plan
+#   options), the isolated GEMV sweep with TMA tiles (linear/bench.py --tma), then the B=1 decode profile
+#   (B=4 too) with the committed plans and with the options switched on in the JSONs (edited on the device),
+#   and with the DeltaNet output norm back in the step (the model edited; reported, not carried to PART=2);
+#   the fastest JSON variant's files stay in $W/best_*.json and come back in $OUT.
 # PART=2 (~5 min): the HTTP table and the full-size verify with those JSONs.
 set -u
 source "$(dirname "$0")/common.sh"
@@ -42,7 +41,6 @@ for shape, plan in new["plans"].items():
 json.dump(new, open("/tmp/w/gemv_sweep.json", "w"), indent=1)
 PY
 cp $W/gemv.json $GEMV
-TAILN=14 run pairs 60 python3 -m hyserve.kernels.moe.bench --pairs
 # variant NAME GEMV_JSON MOE_EDIT: the B=1 (and B=4) profile with that gemv.json and the MoE plans of the T=1,
 # 2, 4 buckets updated with MOE_EDIT (a JSON object; "gate_up.TMA" sets a key of the gate_up config)
 variant() {
@@ -76,11 +74,8 @@ variant topk $W/gemv.json '{"topk_in_experts": true}'
 variant moe_tma $W/gemv.json '{"gate_up.TMA": 4}'
 variant tma_sweep $W/gemv_sweep.json '{}'
 variant all_tma_topk $W/gemv_sweep.json '{"topk_in_experts": true, "gate_up.TMA": 4}'
-GDN=src/hyserve/kernels/gdn_decode_step/triton_kernel.py  # B <= 2 tiles of the DeltaNet step: V/BV programs a head
 MODEL=src/hyserve/model/qwen3_5.py
-cp $GDN $W/gdn.py; cp $MODEL $W/model.py
-sed -i 's/^_CONFIGS = ((2, 32, 4),/_CONFIGS = ((2, 128, 4),/' $GDN && variant gdn_bv128 $W/gemv.json '{}'
-cp $W/gdn.py $GDN
+cp $MODEL $W/model.py
 # the DeltaNet output norm back in the step (its head-wide ticket) instead of out_proj's GEMV prologue
 sed -i 's/norm_in_out_proj = splits and/norm_in_out_proj = False and/' \
   $MODEL && variant gdn_norm_in_step $W/gemv.json '{}'
