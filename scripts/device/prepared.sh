@@ -77,7 +77,7 @@ variant all_tma_topk $W/gemv_sweep.json '{"topk_in_experts": true, "gate_up.TMA"
 MODEL=src/hyserve/model/qwen3_5.py
 cp $MODEL $W/model.py
 # the DeltaNet output norm back in the step (its head-wide ticket) instead of out_proj's GEMV prologue
-sed -i 's/norm_in_out_proj = splits and/norm_in_out_proj = False and/' \
+sed -i 's/norm_in_out_proj = ops.gdn_step_splits_heads/norm_in_out_proj = False and ops.gdn_step_splits_heads/' \
   $MODEL && variant gdn_norm_in_step $W/gemv.json '{}'
 cp $W/model.py $MODEL
 variant base_again $W/gemv.json '{}'

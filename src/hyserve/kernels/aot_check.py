@@ -14,6 +14,7 @@ from __future__ import annotations
 import warnings
 
 import torch
+import triton.language as tl
 
 from hyserve.kernels.argmax import triton_kernel as argmax
 from hyserve.kernels.attention import triton_decode as attn
@@ -50,7 +51,7 @@ def main() -> None:
             bk = min(256, plan["BLOCK_K"]) if tma else plan["BLOCK_K"]
             types = dict(gemv_types, w_desc=f"tensordesc<bf16[{plan['BLOCK_N']}, {bk}]>" if tma else BF)
             consts = dict(BLOCK_M=1, BLOCK_N=plan["BLOCK_N"], BLOCK_K=bk, HAS_NORM=norm, HAS_RES=res,
-                          REDUCE_EACH=red, TMA=tma, GROUP=group, ROUND_WX=True, USE_PDL=True)  # fmt: skip
+                          REDUCE_EACH=red, TMA=tma, GROUP=group, NW_DT=tl.bfloat16, USE_PDL=True)  # fmt: skip
             build(gemv._gemv_kernel, types, consts, plan.get("num_warps", 4), 1,
                   label=f"gemv {shape} norm={norm} res={res} reduce_each={red} tma={tma} group={group}")  # fmt: skip
     plan = get_plan(1, 256, 2048, 512, 8, torch.bfloat16)

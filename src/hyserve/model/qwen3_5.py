@@ -91,8 +91,9 @@ class GatedDeltaNet(nn.Module):
         if batch.is_decode:  # conv + gating + recurrence (+ the output norm) in one fused step
             # where the step splits heads over programs (small batches) its output norm would need a head-wide
             # hand-off between them: out_proj's kernel takes the norm instead, where it can
-            splits = ops.gdn_step_splits_heads(t, self.head_v_dim, x)
-            norm_in_out_proj = splits and self.out_proj.fuses_gated_norm(t, self.head_v_dim)
+            norm_in_out_proj = ops.gdn_step_splits_heads(
+                t, self.head_v_dim, x
+            ) and self.out_proj.fuses_gated_norm(t, self.head_v_dim)
             o = ops.gdn_decode_step(
                 mixed_qkv,
                 z,

@@ -15,20 +15,6 @@ import triton.language as tl
 
 
 @triton.jit
-def gated_norm_rows(x, g, w, eps, D: tl.constexpr, DT: tl.constexpr, ROUND_WX: tl.constexpr):
-    """The norm of rows x [R, BLOCK_D] (zeros past column D) with gate g [R, BLOCK_D] and weight w
-    [BLOCK_D], in fp32 before the final cast to DT (x's dtype). Also the GEMV's prologue (``linear``'s
-    gated_norm), so both round alike."""
-    xf = x.to(tl.float32)
-    rstd = 1.0 / tl.sqrt(tl.sum(xf * xf, 1) / D + eps)
-    y = (xf * rstd[:, None]).to(DT).to(tl.float32) * w.to(tl.float32)[None, :]
-    if ROUND_WX:
-        y = y.to(DT).to(tl.float32)
-    gf = g.to(tl.float32)
-    return y * (gf / (1.0 + tl.exp(-gf)))
-
-
-@triton.jit
 def _gated_rms_norm_kernel(
     x_ptr,
     g_ptr,
@@ -58,9 +44,17 @@ def _gated_rms_norm_kernel(
     g = tl.load(
         g_ptr + (outer * stride_gr + inner * stride_gh)[:, None] + cols[None, :], mask=mask, other=0.0
     )
-    w = tl.load(w_ptr + cols, mask=col_ok, other=0.0)
-    y = gated_norm_rows(x, g, w, eps, D, out_ptr.dtype.element_ty, ROUND_WX)
-    tl.store(out_ptr + rows[:, None] * D + cols[None, :], y.to(out_ptr.dtype.element_ty), mask=mask)
+    dtype = out_ptr.dtype.element_ty
+    xf = x.to(tl.float32)
+    rstd = 1.0 / tl.sqrt(tl.sum(xf * xf, 1) / D + eps)
+    normed = (xf * rstd[:, None]).to(dtype).to(tl.float32)
+    w = tl.load(w_ptr + cols, mask=col_ok, other=0.0).to(tl.float32)
+    y = normed * w[None, :]
+    if ROUND_WX:
+        y = y.to(dtype).to(tl.float32)
+    gf = g.to(tl.float32)
+    y = y * (gf / (1.0 + tl.exp(-gf)))
+    tl.store(out_ptr + rows[:, None] * D + cols[None, :], y.to(dtype), mask=mask)
 
 
 def _as_3d(t: torch.Tensor) -> torch.Tensor:
@@ -84,12 +78,7 @@ def gated_rms_norm_triton(
         _gated_rms_norm_kernel[(triton.cdiv(n_rows, rows),)](
             x3, g3, weight, out, n_rows, heads,
             x3.stride(0), x3.stride(1), g3.stride(0), g3.stride(1), eps,
-            D=d, BLOCK_D=block_d, ROWS=rows, ROUND_WX=rounds_weighted(weight, x),
+            D=d, BLOCK_D=block_d, ROWS=rows, ROUND_WX=torch.result_type(weight, x) == x.dtype,
             num_warps=max(1, min(8, block_d * rows // 512)),
         )  # fmt: skip
     return out
-
-
-def rounds_weighted(weight: torch.Tensor, x: torch.Tensor) -> bool:
-    """Whether ``weight * normed`` is rounded to x's dtype (torch's promotion keeps it there) before the gate."""
-    return torch.result_type(weight, x) == x.dtype

@@ -58,35 +58,48 @@ def linear(
         raise ValueError("linear takes a pre-norm or a gated norm, not both")
     rows = x.numel() // x.shape[-1] if x.shape[-1] else 0
     fast = triton_enabled(x, weight) and x.dtype in _DTYPES and weight.dtype == x.dtype
-    group = gated_norm.weight.shape[0] if gated_norm is not None else 0
-    plan = (
-        _gemv_plan_for(rows, weight, group)
-        if fast and (residual is None or residual.is_contiguous())
-        else None
-    )
-    if plan is not None:
-        from hyserve.kernels.linear.triton_kernel import gemv_triton
+    if (
+        0 < rows <= GEMV_MAX_ROWS
+        and fast
+        and weight.stride(-1) == 1
+        and (residual is None or residual.is_contiguous())
+        and (gated_norm is None or fuses_gated_norm(rows, weight, gated_norm.weight.shape[0]))
+    ):
+        plan = gemv_plan(*weight.shape)
+        if plan is not None:
+            from hyserve.kernels.linear.triton_kernel import gemv_triton
 
-        x2 = x.reshape(rows, x.shape[-1])
-        if x2.stride(-1) != 1:
-            x2 = x2.contiguous()
-        r2 = residual.view(rows, weight.shape[0]) if residual is not None else None
-        if gated_norm is not None:
-            gate = gated_norm.gate.reshape(rows, x.shape[-1])
-            gate = gate if gate.stride(-1) == 1 else gate.contiguous()
-            gated_norm = GatedNorm(gated_norm.weight, gate, gated_norm.eps)
-        y = gemv_triton(
-            x2, weight, plan, norm_weight=norm_weight, norm_eps=norm_eps, residual=r2, gated_norm=gated_norm
-        )
-        return residual if residual is not None else y.reshape(*x.shape[:-1], weight.shape[0])
+            x2 = x.reshape(rows, x.shape[-1])
+            if x2.stride(-1) != 1:
+                x2 = x2.contiguous()
+            r2 = residual.view(rows, weight.shape[0]) if residual is not None else None
+            if gated_norm is not None:
+                gate = gated_norm.gate.reshape(rows, x.shape[-1])
+                gated_norm = GatedNorm(gated_norm.weight, gate if gate.stride(-1) == 1 else gate.contiguous(),
+                                       gated_norm.eps)  # fmt: skip
+            y = gemv_triton(
+                x2,
+                weight,
+                plan,
+                norm_weight=norm_weight,
+                norm_eps=norm_eps,
+                residual=r2,
+                gated_norm=gated_norm,
+            )
+            return residual if residual is not None else y.reshape(*x.shape[:-1], weight.shape[0])
     if not fast:
         return linear_reference(
             x, weight, norm_weight=norm_weight, norm_eps=norm_eps, residual=residual, gated_norm=gated_norm
         )
     if norm_weight is not None:  # the Triton norm, then cuBLAS, whose epilogue adds the residual
         x = rms_norm(x, norm_weight, norm_eps)
-    if gated_norm is not None:  # the Triton gated norm, then cuBLAS
-        x = gated_norm.apply(x, gated_rms_norm)
+    if gated_norm is not None:  # the Triton gated norm over [..., K / G, G] groups, then cuBLAS
+        g = gated_norm.weight.shape[0]
+        grouped = (*x.shape[:-1], x.shape[-1] // g, g)
+        x = gated_rms_norm(
+            x.reshape(grouped), gated_norm.gate.reshape(grouped), gated_norm.weight, gated_norm.eps
+        )
+        x = x.reshape(*grouped[:-2], -1)
     if residual is None or not residual.is_contiguous():
         return linear_reference(x, weight, residual=residual)
     residual.view(-1, weight.shape[0]).addmm_(x.reshape(-1, x.shape[-1]), weight.t())
@@ -96,22 +109,14 @@ def linear(
 def fuses_gated_norm(rows: int, weight: torch.Tensor, group: int) -> bool:
     """Whether ``linear`` of x [rows, K] by ``weight`` runs a gated norm of ``group``-column groups inside its
     GEMV (Triton on, few rows, a GEMV plan whose K tile holds whole groups), rather than as a kernel of its own."""
-    return (
-        triton_enabled(weight) and weight.dtype in _DTYPES and _gemv_plan_for(rows, weight, group) is not None
-    )
-
-
-def _gemv_plan_for(rows: int, weight: torch.Tensor, group: int) -> dict | None:
-    """The GEMV plan for x [rows, K] by ``weight`` (with a gated norm of ``group``-column groups: only one
-    whose K tile holds whole groups), or None: cuBLAS / torch take it."""
-    if not 0 < rows <= GEMV_MAX_ROWS or weight.stride(-1) != 1:
-        return None
+    if not (0 < rows <= GEMV_MAX_ROWS and triton_enabled(weight) and weight.dtype in _DTYPES):
+        return False
     plan = gemv_plan(*weight.shape)
-    if plan is None or not group:
-        return plan
+    if plan is None:
+        return False
     from hyserve.kernels.linear.triton_kernel import gemv_takes_gated_norm
 
-    return plan if gemv_takes_gated_norm(plan, rows, weight.shape[1], group) else None
+    return gemv_takes_gated_norm(plan, rows, weight.shape[1], group)
 
 
 __all__ = ["GEMV_MAX_ROWS", "GatedNorm", "fuses_gated_norm", "gemv_plan", "linear", "linear_reference"]

@@ -25,12 +25,6 @@ class GatedNorm:
     gate: torch.Tensor  # [..., K] z, x's shape (K a multiple of G)
     eps: float
 
-    def apply(self, x: torch.Tensor, norm=gated_rms_norm_reference) -> torch.Tensor:
-        """``norm(x, gate, weight, eps)`` (a gated_rms_norm) over x's [..., K / G, G] groups, in x's shape."""
-        g = self.weight.shape[0]
-        grouped = (*x.shape[:-1], x.shape[-1] // g, g)
-        return norm(x.reshape(grouped), self.gate.reshape(grouped), self.weight, self.eps).reshape(x.shape)
-
 
 def linear_reference(
     x: torch.Tensor,
@@ -49,6 +43,10 @@ def linear_reference(
     if norm_weight is not None:
         x = rms_norm_reference(x, norm_weight, norm_eps)
     if gated_norm is not None:
-        x = gated_norm.apply(x)
+        g = gated_norm.weight.shape[0]
+        grouped = (*x.shape[:-1], x.shape[-1] // g, g)
+        x = gated_rms_norm_reference(
+            x.reshape(grouped), gated_norm.gate.reshape(grouped), gated_norm.weight, gated_norm.eps
+        ).reshape(x.shape)
     y = F.linear(x, weight)
     return y if residual is None else residual.add_(y)

@@ -32,25 +32,27 @@ import triton
 import triton.language as tl
 
 from hyserve.kernels import tma
-from hyserve.kernels.gated_rmsnorm.triton_kernel import gated_norm_rows, rounds_weighted
 from hyserve.kernels.linear import GEMV_MAX_ROWS, GatedNorm
 from hyserve.kernels.pdl import launch_options, wait_for_previous
 
 
 @triton.jit
-def _gated_norm(x, z, gw, eps, GROUP: tl.constexpr, X_DT: tl.constexpr, ROUND_WX: tl.constexpr):
-    """x, z [BM, BK] fp32 (BK a multiple of GROUP), gw [GROUP] -> ``gw * rms_norm(x) * silu(z)`` per group of
-    GROUP columns, as the gated_rmsnorm kernel computes and rounds it (through X_DT: what it would store)."""
+def _gated_norm(x, z, gw, eps, GROUP: tl.constexpr, X_DT: tl.constexpr, NW_DT: tl.constexpr):
+    """x, z [BM, BK] fp32 (BK a multiple of GROUP), gw [BK] the group's norm weight tiled -> ``gw *
+    rms_norm(x) * silu(z)`` per group of GROUP columns, with the roundings of ``gated_rms_norm`` (the normed x
+    through X_DT, the weighted one through NW_DT, the result through X_DT: what the unfused kernel stores)."""
     BM: tl.constexpr = x.shape[0]
     BK: tl.constexpr = x.shape[1]
-    R: tl.constexpr = BM * BK // GROUP
-    y = gated_norm_rows(tl.reshape(x, (R, GROUP)), tl.reshape(z, (R, GROUP)), gw, eps, GROUP, X_DT, ROUND_WX)
-    return tl.reshape(y, (BM, BK)).to(X_DT).to(tl.float32)
+    xg = tl.reshape(x, (BM, BK // GROUP, GROUP))
+    rstd = tl.rsqrt(tl.sum(xg * xg, axis=2) / GROUP + eps)
+    hn = tl.reshape((xg * rstd[:, :, None]).to(X_DT).to(tl.float32), (BM, BK))
+    y = (gw.to(tl.float32)[None, :] * hn).to(NW_DT).to(tl.float32) * (z * tl.sigmoid(z))
+    return y.to(X_DT).to(tl.float32)
 
 
 @triton.jit
 def _gemv_tile(acc, ss, w, g, x_rows, z_rows, k, km, mm, eps, HAS_NORM: tl.constexpr, GROUP: tl.constexpr,
-               ROUND_WX: tl.constexpr, REDUCE_EACH: tl.constexpr):  # fmt: skip
+               NW_DT: tl.constexpr, REDUCE_EACH: tl.constexpr):  # fmt: skip
     """acc [BLOCK_M, BLOCK_N, BLOCK_K] += x[:, k] (times 1 + g, the norm weight's tile, with the norm; with
     GROUP, x through the gated norm of gate rows z_rows and weight tile g) * the W tile w; ss [BLOCK_M,
     BLOCK_K] += x[:, k]^2 (REDUCE_EACH: both summed over k, acc [BLOCK_M, BLOCK_N] and ss [BLOCK_M])."""
@@ -58,7 +60,7 @@ def _gemv_tile(acc, ss, w, g, x_rows, z_rows, k, km, mm, eps, HAS_NORM: tl.const
     x = tl.load(x_rows + k[None, :], mask=xm, other=0.0).to(tl.float32)
     if GROUP > 0:
         z = tl.load(z_rows + k[None, :], mask=xm, other=0.0).to(tl.float32)
-        x = _gated_norm(x, z, g, eps, GROUP, x_rows.dtype.element_ty, ROUND_WX)
+        x = _gated_norm(x, z, g, eps, GROUP, x_rows.dtype.element_ty, NW_DT)
     if HAS_NORM:
         if REDUCE_EACH:
             ss += tl.sum(x * x, axis=1)
@@ -98,7 +100,7 @@ def _gemv_kernel(
     REDUCE_EACH: tl.constexpr,
     TMA: tl.constexpr,
     GROUP: tl.constexpr,
-    ROUND_WX: tl.constexpr,
+    NW_DT: tl.constexpr,
     USE_PDL: tl.constexpr,
 ):
     """w_desc: W's tensor descriptor with [BLOCK_N, BLOCK_K] boxes when TMA > 0 (else unused). GROUP > 0: x
@@ -122,7 +124,7 @@ def _gemv_kernel(
     if HAS_NORM:
         g = tl.load(g_ptr + kk, mask=kk < K, other=0.0)
     if GROUP > 0:  # the group's weight, the same for every tile
-        g = tl.load(g_ptr + tl.arange(0, GROUP))
+        g = tl.load(g_ptr + kk % GROUP).to(tl.float32)
     wait_for_previous(USE_PDL)
     omask = mm[:, None] & nm[None, :]
     r = 0.0
@@ -135,7 +137,7 @@ def _gemv_kernel(
         acc = tl.zeros((BLOCK_M, BLOCK_N, BLOCK_K), dtype=tl.float32)
         ss = tl.zeros((BLOCK_M, BLOCK_K), dtype=tl.float32)
     acc, ss = _gemv_tile(
-        acc, ss, w, g, x_rows, z_rows, kk, kk < K, mm, eps, HAS_NORM, GROUP, ROUND_WX, REDUCE_EACH
+        acc, ss, w, g, x_rows, z_rows, kk, kk < K, mm, eps, HAS_NORM, GROUP, NW_DT, REDUCE_EACH
     )
     if TMA:  # pipelined: the copies of the next TMA-1 tiles are in flight during this one's multiply
         for k0 in tl.range(BLOCK_K, K, BLOCK_K, num_stages=TMA):
@@ -145,7 +147,7 @@ def _gemv_kernel(
             if HAS_NORM:
                 g = tl.load(g_ptr + k, mask=km, other=0.0)
             acc, ss = _gemv_tile(
-                acc, ss, w, g, x_rows, z_rows, k, km, mm, eps, HAS_NORM, GROUP, ROUND_WX, REDUCE_EACH
+                acc, ss, w, g, x_rows, z_rows, k, km, mm, eps, HAS_NORM, GROUP, NW_DT, REDUCE_EACH
             )
     else:
         for k0 in range(BLOCK_K, K, BLOCK_K):
@@ -155,7 +157,7 @@ def _gemv_kernel(
             if HAS_NORM:
                 g = tl.load(g_ptr + k, mask=km, other=0.0)
             acc, ss = _gemv_tile(
-                acc, ss, w, g, x_rows, z_rows, k, km, mm, eps, HAS_NORM, GROUP, ROUND_WX, REDUCE_EACH
+                acc, ss, w, g, x_rows, z_rows, k, km, mm, eps, HAS_NORM, GROUP, NW_DT, REDUCE_EACH
             )
     if REDUCE_EACH:
         y = acc
@@ -245,11 +247,14 @@ def gemv_triton(
         REDUCE_EACH=bool(cfg.get("REDUCE_EACH", False)),
         TMA=stages,
         GROUP=group,
-        ROUND_WX=bool(group) and rounds_weighted(norm_weight, x),
+        NW_DT=_TL_DTYPES[torch.promote_types(norm_weight.dtype, x.dtype)] if group else tl.float32,
         num_warps=cfg.get("num_warps", 4),
         **launch_options(x),
     )
     return out
+
+
+_TL_DTYPES = {torch.float32: tl.float32, torch.float16: tl.float16, torch.bfloat16: tl.bfloat16}
 
 
 def _block_k(cfg: dict, rows: int) -> int:
