@@ -68,36 +68,3 @@ def test_prefill_then_decode_steps_match_transformers(checkpoint, triton_kernels
     assert _rel(got[:20], expected[:20]) < REL_TOL
     for pos in range(20, 24):
         assert _rel(got[pos], expected[pos]) < REL_TOL, pos
-
-
-def test_decode_with_the_deltanet_norm_in_out_proj(tmp_path, triton_kernels, monkeypatch):
-    """DeltaNet heads of 16 values, split over programs of 8 (the step's small-batch tiles, as the real
-    model's 128 over 32) and held whole by the GEMV's K tile (32): the decode steps leave the output norm out
-    of the DeltaNet step and run it in out_proj's GEMV prologue."""
-    path = make_checkpoint(
-        tmp_path,
-        kind="moe",
-        seed=6,
-        num_hidden_layers=2,
-        layer_types=["linear_attention", "full_attention"],
-        shared_expert_intermediate_size=32,
-        linear_value_head_dim=16,
-    )
-    ref = load_reference(path)
-    triton_kernel = importlib.import_module("hyserve.kernels.linear.triton_kernel")
-    step_kernel = importlib.import_module("hyserve.kernels.gdn_decode_step.triton_kernel")
-    monkeypatch.setattr(step_kernel, "_CONFIGS", ((2, 8, 4), (1 << 30, 16, 4)))
-    real, fused = triton_kernel.gemv_triton, []
-
-    def counting(*args, **kwargs):
-        fused.append(kwargs.get("gated_norm") is not None)
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(triton_kernel, "gemv_triton", counting)
-    llm = LLM(str(path), device="cpu", dtype="float32", progress=False, max_model_len=64)
-    ids = torch.randint(0, 500, (12,), generator=torch.Generator().manual_seed(4)).tolist()
-    expected = ref(torch.tensor([ids])).logits[0]
-    got = _score(llm, ids, [9, 1, 1, 1])
-    assert any(fused)
-    for pos in range(9, 12):
-        assert _rel(got[pos], expected[pos]) < REL_TOL, pos

@@ -12,18 +12,16 @@ from hyserve.kernels.causal_conv1d import causal_conv1d_decode, causal_conv1d_pr
 from hyserve.kernels.dispatch import reference_only, use_reference
 from hyserve.kernels.gated_delta_rule import gated_delta_rule_decode, gated_delta_rule_prefill
 from hyserve.kernels.gated_rmsnorm import gated_rms_norm
-from hyserve.kernels.gdn_decode_step import gdn_decode_step, gdn_step_splits_heads
-from hyserve.kernels.linear import GatedNorm, fuses_gated_norm, linear
+from hyserve.kernels.gdn_decode_step import gdn_decode_step
+from hyserve.kernels.linear import linear
 from hyserve.kernels.moe import fused_moe
 from hyserve.kernels.qk_norm_rope import qk_norm_rope, rope_cos_sin
 from hyserve.kernels.rmsnorm import rms_norm
 
 __all__ = [
-    "GatedNorm",
     "causal_conv1d_decode",
     "causal_conv1d_prefill",
     "fused_moe",
-    "fuses_gated_norm",
     "gated_delta_rule_decode",
     "gated_delta_rule_prefill",
     "gated_rms_norm",

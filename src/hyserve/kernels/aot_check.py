@@ -14,7 +14,6 @@ from __future__ import annotations
 import warnings
 
 import torch
-import triton.language as tl
 
 from hyserve.kernels.argmax import triton_kernel as argmax
 from hyserve.kernels.attention import triton_decode as attn
@@ -32,28 +31,26 @@ I32 = "*i32"
 
 def main() -> None:
     warnings.filterwarnings("ignore")
-    gemv_types = {"x_ptr": BF, "w_ptr": BF, "y_ptr": BF, "g_ptr": BF, "r_ptr": BF, "z_ptr": BF, "eps": "fp32"}
+    gemv_types = {"x_ptr": BF, "w_ptr": BF, "y_ptr": BF, "g_ptr": BF, "r_ptr": BF, "eps": "fp32"}
     for shape, plan in _plans().items():
         if not isinstance(plan, dict):
             continue
-        variants = [  # HAS_NORM, HAS_RES, REDUCE_EACH, TMA stages, GROUP (the DeltaNet norm: out_proj only)
-            (0, 0, 0, 0, 0),
-            (1, 0, 0, 0, 0),
-            (0, 1, 0, 0, 0),
-            (1, 0, 1, 0, 0),
-            (0, 1, 1, 0, 0),
-            (1, 0, 0, 3, 0),
-            (0, 1, 0, 4, 0),
+        variants = [
+            (0, 0, 0, 0),
+            (1, 0, 0, 0),
+            (0, 1, 0, 0),
+            (1, 0, 1, 0),
+            (0, 1, 1, 0),
+            (1, 0, 0, 3),
+            (0, 1, 0, 4),
         ]
-        if shape == "2048x4096":
-            variants += [(0, 1, 0, 0, 128), (0, 1, 0, 4, 128)]
-        for norm, res, red, tma, group in variants:
+        for norm, res, red, tma in variants:  # HAS_NORM, HAS_RES, REDUCE_EACH, TMA stages
             bk = min(256, plan["BLOCK_K"]) if tma else plan["BLOCK_K"]
             types = dict(gemv_types, w_desc=f"tensordesc<bf16[{plan['BLOCK_N']}, {bk}]>" if tma else BF)
             consts = dict(BLOCK_M=1, BLOCK_N=plan["BLOCK_N"], BLOCK_K=bk, HAS_NORM=norm, HAS_RES=res,
-                          REDUCE_EACH=red, TMA=tma, GROUP=group, NW_DT=tl.bfloat16, USE_PDL=True)  # fmt: skip
+                          REDUCE_EACH=red, TMA=tma, USE_PDL=True)  # fmt: skip
             build(gemv._gemv_kernel, types, consts, plan.get("num_warps", 4), 1,
-                  label=f"gemv {shape} norm={norm} res={res} reduce_each={red} tma={tma} group={group}")  # fmt: skip
+                  label=f"gemv {shape} norm={norm} res={res} reduce_each={red} tma={tma}")  # fmt: skip
     plan = get_plan(1, 256, 2048, 512, 8, torch.bfloat16)
     router_types = {"x_ptr": BF, "nw_ptr": BF, "xn_ptr": BF, "eps": "fp32", "gw_ptr": BF, "scratch_ptr": F32,
                     "counter_ptr": I32, "ids_ptr": I32, "w_ptr": F32, "sorted_ptr": I32, "meta_ptr": I32}  # fmt: skip

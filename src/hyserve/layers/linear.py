@@ -29,27 +29,13 @@ class Linear(nn.Module):
             set_sources(self, "weight", [layout])
 
     def forward(
-        self,
-        x: torch.Tensor,
-        norm: nn.Module | None = None,
-        residual: torch.Tensor | None = None,
-        gate: torch.Tensor | None = None,
+        self, x: torch.Tensor, norm: nn.Module | None = None, residual: torch.Tensor | None = None
     ) -> torch.Tensor:
         """``[residual +] norm(x) W^T``: a pre-norm (an ``RMSNorm``: ``weight``, ``eps``) and a residual add
-        (in place, the residual returned) run inside the projection where the kernels can fuse them. With
-        ``gate`` (x's shape) the norm is the DeltaNet's ``GatedRMSNorm``: per group of ``norm.weight.numel()``
-        columns, ``weight * rms_norm(x) * silu(gate)``."""
-        if gate is not None:
-            gated = ops.GatedNorm(norm.weight, gate, norm.eps)
-            return ops.linear(x, self.weight, residual=residual, gated_norm=gated)
+        (in place, the residual returned) run inside the projection where the kernels can fuse them."""
         if norm is None:
             return ops.linear(x, self.weight, residual=residual)
         return ops.linear(x, self.weight, norm_weight=norm.weight, norm_eps=norm.eps, residual=residual)
-
-    def fuses_gated_norm(self, rows: int, group: int) -> bool:
-        """Whether ``forward(x, norm, gate=...)`` on ``rows`` rows runs the gated norm of ``group``-column
-        groups inside the projection's kernel (rather than as a kernel of its own)."""
-        return ops.fuses_gated_norm(rows, self.weight, group)
 
     def extra_repr(self) -> str:
         return f"in={self.in_features}, out={self.out_features}"

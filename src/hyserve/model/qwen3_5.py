@@ -88,12 +88,7 @@ class GatedDeltaNet(nn.Module):
         z = z.view(t, self.num_v_heads, self.head_v_dim)
         conv_state = cache.conv_state[self.linear_index]
         ssm_state = cache.ssm_state[self.linear_index]
-        if batch.is_decode:  # conv + gating + recurrence (+ the output norm) in one fused step
-            # where the step splits heads over programs (small batches) its output norm would need a head-wide
-            # hand-off between them: out_proj's kernel takes the norm instead, where it can
-            norm_in_out_proj = ops.gdn_step_splits_heads(
-                t, self.head_v_dim, x
-            ) and self.out_proj.fuses_gated_norm(t, self.head_v_dim)
+        if batch.is_decode:  # conv + gating + recurrence + norm in one fused step
             o = ops.gdn_decode_step(
                 mixed_qkv,
                 z,
@@ -102,15 +97,13 @@ class GatedDeltaNet(nn.Module):
                 self.conv1d.weight,
                 self.A_log,
                 self.dt_bias,
-                None if norm_in_out_proj else self.norm.weight,
+                self.norm.weight,
                 self.norm.eps,
                 conv_state,
                 ssm_state,
                 batch.state_indices,
             )
-            if not norm_in_out_proj:
-                return self.out_proj(o.reshape(t, self.value_dim), residual=x)
-            return self.out_proj(o.reshape(t, self.value_dim), self.norm, residual=x, gate=z.reshape(t, -1))
+            return self.out_proj(o.reshape(t, self.value_dim), residual=x)
         mixed_qkv = ops.causal_conv1d_prefill(
             mixed_qkv,
             self.conv1d.weight,

@@ -7,11 +7,9 @@ ssm_state, state_indices) -> o [B, HV, V]`` equals, for one new token per sequen
     x = causal_conv1d_decode(mixed_qkv, conv_weight, conv_state, state_indices)   # SiLU, state shifted
     q, k, v = split(x);  beta = sigmoid(b);  g = -exp(A_log) * softplus(a + dt_bias)
     o = gated_delta_rule_decode(q, k, v, g, beta, ssm_state, state_indices)
-    o = gated_rms_norm(o, z, norm_weight, eps)      # skipped with norm_weight None (the caller's to run)
+    o = gated_rms_norm(o, z, norm_weight, eps)
 
 H = (D - HV*V) / (2K) with HV, K, V from ``ssm_state`` [S, HV, K, V]. Both state pools are updated in place.
-Without the norm the small-batch kernel has no head-wide ticket: out_proj's GEMV applies the norm instead
-(``linear(..., gated_norm=)``, see ``GatedDeltaNet``).
 """
 
 from __future__ import annotations
@@ -52,7 +50,7 @@ def gdn_decode_step(
     conv_weight: torch.Tensor,
     A_log: torch.Tensor,
     dt_bias: torch.Tensor,
-    norm_weight: torch.Tensor | None,
+    norm_weight: torch.Tensor,
     eps: float,
     conv_state: torch.Tensor,
     ssm_state: torch.Tensor,
@@ -82,16 +80,4 @@ def gdn_decode_step(
     return gdn_decode_step_reference(*args)
 
 
-def gdn_step_splits_heads(batch: int, head_v_dim: int, t: torch.Tensor) -> bool:
-    """Whether the Triton step at this batch size splits each head's values over several programs (the
-    small-batch tiles), so that applying the output norm takes a head-wide hand-off between them (store,
-    ticket, reload): then a caller whose next projection can take the norm should pass ``norm_weight=None``.
-    ``t``: any tensor on the step's device (the Triton path is per device)."""
-    if not triton_enabled(t):
-        return False
-    from hyserve.kernels.gdn_decode_step.triton_kernel import decode_step_config
-
-    return decode_step_config(batch)[0] < head_v_dim
-
-
-__all__ = ["gdn_decode_step", "gdn_decode_step_reference", "gdn_step_splits_heads"]
+__all__ = ["gdn_decode_step", "gdn_decode_step_reference"]

@@ -16,7 +16,7 @@ def gdn_decode_step_reference(
     conv_weight: torch.Tensor,
     A_log: torch.Tensor,
     dt_bias: torch.Tensor,
-    norm_weight: torch.Tensor | None,
+    norm_weight: torch.Tensor,
     eps: float,
     conv_state: torch.Tensor,
     ssm_state: torch.Tensor,
@@ -27,8 +27,7 @@ def gdn_decode_step_reference(
     mixed_qkv: [B, 2*H*K + HV*V] (in_proj_qkv output, model dtype); z: [B, HV, V]; a, b: [B, HV];
     conv_weight: [D, W]; A_log, dt_bias: [HV]; norm_weight: [V]; conv_state: [S, W-1, D] and
     ssm_state: [S, HV, K, V] fp32, both updated in place at ``state_indices`` [B].
-    Returns o: [B, HV, V] in mixed_qkv's dtype (after the gated RMSNorm, before out_proj; without
-    ``norm_weight`` before the norm, which the caller then runs, e.g. in out_proj: ``linear``'s gated_norm).
+    Returns o: [B, HV, V] in mixed_qkv's dtype (after the gated RMSNorm, before out_proj).
     """
     batch = mixed_qkv.shape[0]
     num_v_heads, head_k, head_v = ssm_state.shape[1:]
@@ -41,6 +40,4 @@ def gdn_decode_step_reference(
     beta = b.sigmoid()
     g = -A_log.float().exp() * F.softplus(a.float() + dt_bias)
     o = gated_delta_rule_decode_reference(q, k, v, g, beta, ssm_state, state_indices)
-    if norm_weight is None:
-        return o.to(mixed_qkv.dtype)
     return gated_rms_norm_reference(o, z, norm_weight, eps)

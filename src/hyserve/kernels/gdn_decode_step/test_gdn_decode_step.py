@@ -108,23 +108,6 @@ def test_triton_matches_reference(h, hv, kd, vd, batch, dtype, block_v):
     assert not _workspace(out.device, 0).any()  # every ticket counter back to zero
 
 
-@pytest.mark.parametrize("block_v", [None, 8])
-def test_without_the_norm(block_v):
-    """norm_weight None: o before the gated norm (the caller's, in out_proj's GEMV), no head-wide ticket;
-    the states are updated as with the norm."""
-    args = list(_inputs(2, 4, 16, 24, 3, torch.float32, seed=11))
-    cs, ss, slots = args[9], args[10], args[11]
-    args[7] = None
-    cs_ref, ss_ref, cs_tri, ss_tri = cs.clone(), ss.clone(), cs.clone(), ss.clone()
-    want = gdn_decode_step_reference(*args[:9], cs_ref, ss_ref, slots)
-    out = torch.full_like(want, float("nan"))
-    gdn_decode_step_triton(*args[:9], cs_tri, ss_tri, slots, block_v=block_v, out=out)
-    assert _rel(out, want) < TOL[torch.float32]
-    assert torch.equal(cs_tri, cs_ref)
-    assert _rel(ss_tri[slots], ss_ref[slots]) < STATE_TOL[torch.float32]
-    assert not _workspace(out.device, 0).any()
-
-
 @pytest.mark.parametrize("width", [2, 3])
 def test_other_conv_widths(width):
     """Small V tiles load a width-4 conv's taps and state rows before the PDL wait; other widths take the

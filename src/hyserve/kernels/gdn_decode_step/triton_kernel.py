@@ -81,7 +81,7 @@ def _gdn_decode_step_kernel(
     stride_xb, stride_zb, stride_zh, stride_ab, stride_bb, eps, scale,
     H: tl.constexpr, HV: tl.constexpr, G: tl.constexpr, K: tl.constexpr, V: tl.constexpr, W: tl.constexpr,
     BK: tl.constexpr, BV: tl.constexpr, BVF: tl.constexpr, NV: tl.constexpr, NW_DT: tl.constexpr,
-    EARLY_STATE: tl.constexpr, NORM: tl.constexpr,
+    EARLY_STATE: tl.constexpr,
     USE_PDL: tl.constexpr,
 ):  # fmt: skip
     i_b = tl.program_id(0)
@@ -122,8 +122,7 @@ def _gdn_decode_step_kernel(
     if NV > 1:
         dtb = tl.load(dtb_ptr + i_hv).to(tl.float32)
         a_log = tl.load(alog_ptr + i_hv).to(tl.float32)
-        if NORM:
-            nw_full = tl.load(normw_ptr + of, mask=mf, other=0.0).to(tl.float32)
+        nw_full = tl.load(normw_ptr + of, mask=mf, other=0.0).to(tl.float32)
     if EARLY_CONV:
         tq0, tq1, tq2, tq3, hq0, hq1, hq2 = _conv_window4(convw_ptr, c_base, cq, mk, D)
         tk0, tk1, tk2, tk3, hk0, hk1, hk2 = _conv_window4(convw_ptr, c_base, ck, mk, D)
@@ -134,8 +133,7 @@ def _gdn_decode_step_kernel(
     if NV > 1:
         a_raw = tl.load(a_ptr + b64 * stride_ab + i_hv)
         b_raw = tl.load(b_ptr + b64 * stride_bb + i_hv)
-        if NORM:
-            z_full = tl.load(z_base + of, mask=mf, other=0.0).to(tl.float32)
+        z_full = tl.load(z_base + of, mask=mf, other=0.0).to(tl.float32)
 
     # causal conv over [conv_state rows 0..W-2, x] and SiLU, per channel group
     x_base = x_ptr + b64 * stride_xb
@@ -218,26 +216,27 @@ def _gdn_decode_step_kernel(
         tl.store(ssm_ptr + s_off, s, mask=mk[:, None] & mv[None, :])
     o = tl.sum(s * q[:, None], 0).to(X_DT).to(tl.float32)  # the unfused path rounds o before the norm
 
-    if NORM and NV == 1:
+    if NV == 1:
         var = tl.sum(o * o, 0) / V
         hn = (o * tl.rsqrt(var + eps)).to(X_DT).to(tl.float32)
         nw = tl.load(normw_ptr + ov, mask=mv, other=0.0).to(tl.float32)
         zz = tl.load(z_base + ov, mask=mv, other=0.0).to(tl.float32)
         y = (nw * hn).to(NW_DT).to(tl.float32) * (zz * tl.sigmoid(zz))
         tl.store(o_base + ov, y.to(X_DT), mask=mv)
-    else:  # o as it is: normalised below (NV > 1) or by the next projection (``linear``'s gated_norm)
+    else:
         tl.store(o_base + ov, o.to(X_DT), mask=mv)
-    if EARLY_CONV:
-        if last_qk:  # every reader of this key head's q/k windows has released its ticket
-            # acquire: their reads are ordered before these stores; and the counter goes back to 0
-            tl.atomic_xchg(cnt_qk_ptr + b64 * H + i_h, 0, sem="acquire")
+        if EARLY_CONV and last_qk:  # every reader of this key head's q/k windows has released its ticket
+            cnt = cnt_qk_ptr + b64 * H + i_h
+            if G * NV > 1:
+                tl.atomic_xchg(
+                    cnt, 0, sem="acquire"
+                )  # their reads before these stores; the counter back to 0
             tl.store(c_base + cq, hq1, mask=mk)
             tl.store(c_base + D + cq, hq2, mask=mk)
             tl.store(c_base + 2 * D + cq, xq.to(C_DT), mask=mk)
             tl.store(c_base + ck, hk1, mask=mk)
             tl.store(c_base + D + ck, hk2, mask=mk)
             tl.store(c_base + 2 * D + ck, xk.to(C_DT), mask=mk)
-    if NORM and NV > 1:
         tl.debug_barrier()
         ticket_o = tl.atomic_add(cnt_o_ptr + b64 * HV + i_hv, 1, sem="acq_rel")
         if ticket_o == NV - 1:  # all tiles of this head are stored: normalise the head
@@ -280,7 +279,7 @@ def gdn_decode_step_triton(
     conv_weight: torch.Tensor,
     A_log: torch.Tensor,
     dt_bias: torch.Tensor,
-    norm_weight: torch.Tensor | None,
+    norm_weight: torch.Tensor,
     eps: float,
     conv_state: torch.Tensor,
     ssm_state: torch.Tensor,
@@ -317,13 +316,12 @@ def gdn_decode_step_triton(
     bv = min(block_v or bv, bvf)
     early_state = bv < 128 if early_state is None else early_state
     ws = _workspace(mixed_qkv.device, batch * (h + hv))
-    norm = norm_weight is not None
-    nw_dt = _TL_DTYPES[torch.promote_types(norm_weight.dtype, mixed_qkv.dtype)] if norm else tl.float32
+    nw_dt = _TL_DTYPES[torch.promote_types(norm_weight.dtype, mixed_qkv.dtype)]
     _gdn_decode_step_kernel[(batch, hv, triton.cdiv(vd, bv))](
-        mixed_qkv, z, a, b, conv_weight, A_log, dt_bias, norm_weight if norm else A_log,
+        mixed_qkv, z, a, b, conv_weight, A_log, dt_bias, norm_weight,
         conv_state, ssm_state, state_indices, out, ws, ws[batch * h :],
         mixed_qkv.stride(0), z.stride(0), z.stride(1), a.stride(0), b.stride(0), eps, kd**-0.5,
         H=h, HV=hv, G=hv // h, K=kd, V=vd, W=width, BK=bk, BV=bv, BVF=bvf, NV=triton.cdiv(vd, bv),
-        NW_DT=nw_dt, EARLY_STATE=early_state, NORM=norm, num_warps=num_warps or warps, **launch_options(out),
+        NW_DT=nw_dt, EARLY_STATE=early_state, num_warps=num_warps or warps, **launch_options(out),
     )  # fmt: skip
     return out

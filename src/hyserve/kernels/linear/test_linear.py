@@ -7,7 +7,7 @@ import importlib
 import pytest
 import torch
 
-from hyserve.kernels.linear.reference import GatedNorm, linear_reference
+from hyserve.kernels.linear.reference import linear_reference
 from hyserve.kernels.linear.triton_kernel import gemv_triton
 
 # the modules (``hyserve.kernels.linear`` the attribute is the op function)
@@ -102,48 +102,6 @@ def test_gemv_fused_norm_and_residual(shape, dtype, fuse, reduce_each):
     assert not got.isnan().any()
     base = r if r is not None else torch.zeros_like(got)
     assert _rel(got.double() - base.double(), want.double() - base.double()) < TOL[dtype]
-
-
-def _gated(m, k, group, dtype, seed):
-    """A GatedNorm over [m, k] with its gate a strided view (the first k columns of a wider tensor, as z is
-    of the DeltaNet in_proj output)."""
-    gen = torch.Generator().manual_seed(seed)
-    z = (2 * torch.randn(m, 2 * k, generator=gen)).to(dtype).to(DEVICE)[:, :k]
-    gw = (1 + 0.3 * torch.randn(group, generator=gen)).to(dtype).to(DEVICE)
-    return GatedNorm(gw, z, 1e-6)
-
-
-@pytest.mark.parametrize("shape", [(1, 48, 256), (2, 37, 128), (4, 64, 96)])
-@pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("tma", [0, 3])
-def test_gemv_gated_norm(shape, dtype, tma):
-    """The DeltaNet output norm in the GEMV's prologue (groups of 16 columns, whole groups per K tile) vs
-    the gated norm then the product, with a residual."""
-    m, n, k = shape
-    x, w = _inputs(m, n, k, dtype, seed=k + m)
-    x = x * 3.0
-    gn = _gated(m, k, 16, dtype, seed=m)
-    r = torch.randn(m, n, generator=torch.Generator().manual_seed(n)).to(dtype).to(DEVICE)
-    cfg = {"BLOCK_N": 4, "BLOCK_K": 64, "TMA": tma}
-    assert triton_kernel.gemv_takes_gated_norm(cfg, m, k, 16) and not triton_kernel.gemv_takes_gated_norm(
-        cfg, m, k, 24
-    )
-    want = linear_reference(x, w, residual=r.clone(), gated_norm=gn)
-    got = gemv_triton(x, w, cfg, residual=r.clone(), gated_norm=gn)
-    assert not got.isnan().any()
-    assert _rel(got.double() - r.double(), want.double() - r.double()) < TOL[dtype]
-    with pytest.raises(ValueError, match="gated norm"):
-        gemv_triton(x, w, {"BLOCK_N": 4, "BLOCK_K": 64}, gated_norm=_gated(m, k, 24, dtype, seed=0))
-
-
-def test_linear_gated_norm_without_a_gemv_plan():
-    """No plan for the shape: the Triton gated norm kernel, then the product (cuBLAS / torch)."""
-    x, w = _inputs(3, 20, 64, torch.float32, seed=5)
-    gn = _gated(3, 64, 32, torch.float32, seed=6)
-    assert not linear_op.fuses_gated_norm(3, w, 32)
-    torch.testing.assert_close(linear_op.linear(x, w, gated_norm=gn), linear_reference(x, w, gated_norm=gn))
-    with pytest.raises(ValueError, match="not both"):
-        linear_op.linear(x, w, gated_norm=gn, norm_weight=torch.ones(64, device=DEVICE))
 
 
 def test_linear_reference_norm_and_residual():

@@ -32,35 +32,16 @@ import triton
 import triton.language as tl
 
 from hyserve.kernels import tma
-from hyserve.kernels.linear import GEMV_MAX_ROWS, GatedNorm
+from hyserve.kernels.linear import GEMV_MAX_ROWS
 from hyserve.kernels.pdl import launch_options, wait_for_previous
 
 
 @triton.jit
-def _gated_norm(x, z, gw, eps, GROUP: tl.constexpr, X_DT: tl.constexpr, NW_DT: tl.constexpr):
-    """x, z [BM, BK] fp32 (BK a multiple of GROUP), gw [BK] the group's norm weight tiled -> ``gw *
-    rms_norm(x) * silu(z)`` per group of GROUP columns, with the roundings of ``gated_rms_norm`` (the normed x
-    through X_DT, the weighted one through NW_DT, the result through X_DT: what the unfused kernel stores)."""
-    BM: tl.constexpr = x.shape[0]
-    BK: tl.constexpr = x.shape[1]
-    xg = tl.reshape(x, (BM, BK // GROUP, GROUP))
-    rstd = tl.rsqrt(tl.sum(xg * xg, axis=2) / GROUP + eps)
-    hn = tl.reshape((xg * rstd[:, :, None]).to(X_DT).to(tl.float32), (BM, BK))
-    y = (gw.to(tl.float32)[None, :] * hn).to(NW_DT).to(tl.float32) * (z * tl.sigmoid(z))
-    return y.to(X_DT).to(tl.float32)
-
-
-@triton.jit
-def _gemv_tile(acc, ss, w, g, x_rows, z_rows, k, km, mm, eps, HAS_NORM: tl.constexpr, GROUP: tl.constexpr,
-               NW_DT: tl.constexpr, REDUCE_EACH: tl.constexpr):  # fmt: skip
-    """acc [BLOCK_M, BLOCK_N, BLOCK_K] += x[:, k] (times 1 + g, the norm weight's tile, with the norm; with
-    GROUP, x through the gated norm of gate rows z_rows and weight tile g) * the W tile w; ss [BLOCK_M,
-    BLOCK_K] += x[:, k]^2 (REDUCE_EACH: both summed over k, acc [BLOCK_M, BLOCK_N] and ss [BLOCK_M])."""
-    xm = mm[:, None] & km[None, :]
-    x = tl.load(x_rows + k[None, :], mask=xm, other=0.0).to(tl.float32)
-    if GROUP > 0:
-        z = tl.load(z_rows + k[None, :], mask=xm, other=0.0).to(tl.float32)
-        x = _gated_norm(x, z, g, eps, GROUP, x_rows.dtype.element_ty, NW_DT)
+def _gemv_tile(acc, ss, w, g, x_rows, k, km, mm, HAS_NORM: tl.constexpr, REDUCE_EACH: tl.constexpr):
+    """acc [BLOCK_M, BLOCK_N, BLOCK_K] += x[:, k] (times 1 + g, the norm weight's tile, with the norm) * the
+    W tile w; ss [BLOCK_M, BLOCK_K] += x[:, k]^2 (REDUCE_EACH: both summed over k, acc [BLOCK_M, BLOCK_N] and
+    ss [BLOCK_M])."""
+    x = tl.load(x_rows + k[None, :], mask=mm[:, None] & km[None, :], other=0.0).to(tl.float32)
     if HAS_NORM:
         if REDUCE_EACH:
             ss += tl.sum(x * x, axis=1)
@@ -82,7 +63,6 @@ def _gemv_kernel(
     y_ptr,
     g_ptr,
     r_ptr,
-    z_ptr,
     M,
     N,
     K,
@@ -90,7 +70,6 @@ def _gemv_kernel(
     stride_wn,
     stride_ym,
     stride_rm,
-    stride_zm,
     eps,
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
@@ -99,12 +78,9 @@ def _gemv_kernel(
     HAS_RES: tl.constexpr,
     REDUCE_EACH: tl.constexpr,
     TMA: tl.constexpr,
-    GROUP: tl.constexpr,
-    NW_DT: tl.constexpr,
     USE_PDL: tl.constexpr,
 ):
-    """w_desc: W's tensor descriptor with [BLOCK_N, BLOCK_K] boxes when TMA > 0 (else unused). GROUP > 0: x
-    goes through the gated norm first (g_ptr its [GROUP] weight, z_ptr the gate rows; see ``_gated_norm``)."""
+    """w_desc: W's tensor descriptor with [BLOCK_N, BLOCK_K] boxes when TMA > 0 (else unused)."""
     pid = tl.program_id(0)
     rm = tl.arange(0, BLOCK_M)
     rn = pid * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -113,7 +89,6 @@ def _gemv_kernel(
     kk = tl.arange(0, BLOCK_K)
     w_rows = w_ptr + rn.to(tl.int64)[:, None] * stride_wn
     x_rows = x_ptr + rm.to(tl.int64)[:, None] * stride_xm
-    z_rows = z_ptr + rm.to(tl.int64)[:, None] * stride_zm
     # W and the norm weight are no kernel's output: their first tiles stream in while the previous kernel
     # finishes (kernels/pdl.py); the residual, an output, loads right after the wait, off the tail
     if TMA:
@@ -123,8 +98,6 @@ def _gemv_kernel(
     g = tl.zeros((BLOCK_K,), dtype=tl.float32)
     if HAS_NORM:
         g = tl.load(g_ptr + kk, mask=kk < K, other=0.0)
-    if GROUP > 0:  # the group's weight, the same for every tile
-        g = tl.load(g_ptr + kk % GROUP).to(tl.float32)
     wait_for_previous(USE_PDL)
     omask = mm[:, None] & nm[None, :]
     r = 0.0
@@ -136,9 +109,7 @@ def _gemv_kernel(
     else:
         acc = tl.zeros((BLOCK_M, BLOCK_N, BLOCK_K), dtype=tl.float32)
         ss = tl.zeros((BLOCK_M, BLOCK_K), dtype=tl.float32)
-    acc, ss = _gemv_tile(
-        acc, ss, w, g, x_rows, z_rows, kk, kk < K, mm, eps, HAS_NORM, GROUP, NW_DT, REDUCE_EACH
-    )
+    acc, ss = _gemv_tile(acc, ss, w, g, x_rows, kk, kk < K, mm, HAS_NORM, REDUCE_EACH)
     if TMA:  # pipelined: the copies of the next TMA-1 tiles are in flight during this one's multiply
         for k0 in tl.range(BLOCK_K, K, BLOCK_K, num_stages=TMA):
             k = k0 + kk
@@ -146,9 +117,7 @@ def _gemv_kernel(
             w = w_desc.load([pid * BLOCK_N, k0])
             if HAS_NORM:
                 g = tl.load(g_ptr + k, mask=km, other=0.0)
-            acc, ss = _gemv_tile(
-                acc, ss, w, g, x_rows, z_rows, k, km, mm, eps, HAS_NORM, GROUP, NW_DT, REDUCE_EACH
-            )
+            acc, ss = _gemv_tile(acc, ss, w, g, x_rows, k, km, mm, HAS_NORM, REDUCE_EACH)
     else:
         for k0 in range(BLOCK_K, K, BLOCK_K):
             k = k0 + kk
@@ -156,9 +125,7 @@ def _gemv_kernel(
             w = tl.load(w_rows + k[None, :], mask=nm[:, None] & km[None, :], other=0.0)
             if HAS_NORM:
                 g = tl.load(g_ptr + k, mask=km, other=0.0)
-            acc, ss = _gemv_tile(
-                acc, ss, w, g, x_rows, z_rows, k, km, mm, eps, HAS_NORM, GROUP, NW_DT, REDUCE_EACH
-            )
+            acc, ss = _gemv_tile(acc, ss, w, g, x_rows, k, km, mm, HAS_NORM, REDUCE_EACH)
     if REDUCE_EACH:
         y = acc
         if HAS_NORM:
@@ -182,11 +149,9 @@ def gemv_triton(
     norm_weight: torch.Tensor | None = None,
     norm_eps: float = 0.0,
     residual: torch.Tensor | None = None,
-    gated_norm: GatedNorm | None = None,
 ) -> torch.Tensor:
     """x [M, K] (M <= GEMV_MAX_ROWS, K contiguous), weight [N, K] (K contiguous) -> [M, N] in x's dtype:
-    ``[residual +] rms_norm(x, norm_weight, norm_eps) W^T`` (the norm without ``norm_weight``), or with
-    ``gated_norm`` ``[residual +] gated_norm(x) W^T`` (``gemv_takes_gated_norm`` must hold). With a
+    ``[residual +] rms_norm(x, norm_weight, norm_eps) W^T`` (the norm without ``norm_weight``). With a
     residual [M, N] (N contiguous) and no ``out``, the result is written into the residual and returned.
     cfg: BLOCK_N, BLOCK_K (for one row; divided by M's next power of two), num_warps, REDUCE_EACH (optional:
     reduce the products over K every tile, not once at the end: a [BLOCK_N] accumulator instead of
@@ -209,17 +174,7 @@ def gemv_triton(
     if M == 0:
         return out
     block_m = triton.next_power_of_2(M)
-    block_k = _block_k(cfg, M)
-    group, z, eps = 0, x, norm_eps
-    if gated_norm is not None:
-        if norm_weight is not None or not gemv_takes_gated_norm(cfg, M, K, gated_norm.weight.shape[0]):
-            raise ValueError(
-                f"the GEMV takes a gated norm of groups dividing its K tile ({block_k}) and no other norm"
-            )
-        group, z, eps = gated_norm.weight.shape[0], gated_norm.gate, gated_norm.eps
-        if z.shape != (M, K) or z.stride(1) != 1:
-            raise ValueError(f"the gate must be [{M}, {K}] with unit column stride, got {tuple(z.shape)}")
-        norm_weight = gated_norm.weight
+    block_k = max(16, cfg["BLOCK_K"] // block_m)  # the same accumulator size for any M
     w_desc = tma.descriptor(weight, [cfg["BLOCK_N"], block_k]) if cfg.get("TMA") else None
     stages = int(cfg["TMA"]) if w_desc is not None else 0
     _gemv_kernel[(triton.cdiv(N, cfg["BLOCK_N"]),)](
@@ -229,7 +184,6 @@ def gemv_triton(
         out,
         norm_weight if norm_weight is not None else x,
         residual if residual is not None else out,
-        z,
         M,
         N,
         K,
@@ -237,34 +191,15 @@ def gemv_triton(
         weight.stride(0),
         out.stride(0),
         residual.stride(0) if residual is not None else 0,
-        z.stride(0),
-        eps,
+        norm_eps,
         BLOCK_M=block_m,
         BLOCK_N=cfg["BLOCK_N"],
         BLOCK_K=block_k,
-        HAS_NORM=norm_weight is not None and not group,
+        HAS_NORM=norm_weight is not None,
         HAS_RES=residual is not None,
         REDUCE_EACH=bool(cfg.get("REDUCE_EACH", False)),
         TMA=stages,
-        GROUP=group,
-        NW_DT=_TL_DTYPES[torch.promote_types(norm_weight.dtype, x.dtype)] if group else tl.float32,
         num_warps=cfg.get("num_warps", 4),
         **launch_options(x),
     )
     return out
-
-
-_TL_DTYPES = {torch.float32: tl.float32, torch.float16: tl.float16, torch.bfloat16: tl.bfloat16}
-
-
-def _block_k(cfg: dict, rows: int) -> int:
-    """The K tile for ``rows`` rows: the plan's (for one row) over the rows' next power of two, so the
-    accumulator has the same size for any M."""
-    return max(16, cfg["BLOCK_K"] // triton.next_power_of_2(rows))
-
-
-def gemv_takes_gated_norm(cfg: dict, rows: int, k: int, group: int) -> bool:
-    """Whether the GEMV with plan ``cfg`` can apply a gated norm of ``group``-column groups to x [rows, k]:
-    each K tile must hold whole groups."""
-    block_k = _block_k(cfg, rows)
-    return group > 0 and block_k % group == 0 and k % group == 0
