@@ -26,7 +26,6 @@ __all__ = [
     "gated_delta_rule_prefill",
     "gated_rms_norm",
     "gdn_decode_step",
-    "gdn_step_splits_heads",
     "linear",
     "logits_argmax",
     "paged_attention",
