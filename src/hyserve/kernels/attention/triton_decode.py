@@ -27,19 +27,6 @@ from hyserve.kernels.pdl import launch_options, wait_for_previous
 
 
 @triton.jit
-def _attend(q, k, v, mask_n, m_i, l_i, acc, qk_scale, DOT_PREC: tl.constexpr):
-    """One K/V tile [BLOCK_N, BLOCK_D] of the online softmax: (m_i, l_i, acc) updated (base 2)."""
-    s = tl.dot(q, tl.trans(k), input_precision=DOT_PREC) * qk_scale  # [G_PAD, BLOCK_N], log2 units
-    s = tl.where(mask_n[None, :], s, float("-inf"))
-    m_new = tl.maximum(m_i, tl.max(s, 1))
-    alpha = tl.exp2(m_i - m_new)
-    p = tl.exp2(s - m_new[:, None])
-    l_i = l_i * alpha + tl.sum(p, 1)
-    acc = tl.dot(p.to(v.dtype), v, acc * alpha[:, None], input_precision=DOT_PREC)
-    return m_new, l_i, acc
-
-
-@triton.jit
 def _paged_decode_split_kernel(
     q_ptr,
     k_ptr,
@@ -83,9 +70,8 @@ def _paged_decode_split_kernel(
     split = tl.program_id(2)
 
     # seq_lens, cu_seqlens_q and the block tables are the step's inputs, copied in before its first kernel
-    # (no kernel writes them), and the first tile's K/V rows of earlier tokens were stored in earlier steps:
-    # they load while the previous kernel finishes (kernels/pdl.py). After the wait: q, and the K/V row of
-    # the new token (position ctx - 1, the only one a decode step stores: one query token per sequence)
+    # (no kernel writes them): they and the first tile's block ids load while the previous kernel finishes
+    # (kernels/pdl.py); q and the K/V rows (the new token's written by the previous kernel) after the wait
     ctx = tl.load(seq_lens_ptr + seq).to(tl.int32)
     tok = tl.load(cu_q_ptr + seq).to(tl.int64)
     part = tl.cdiv(tl.cdiv(ctx, num_splits), BLOCK_N) * BLOCK_N
@@ -94,37 +80,25 @@ def _paged_decode_split_kernel(
     bt_row = bt_ptr + seq * stride_bt
     offs_n = start + tl.arange(0, BLOCK_N)
     blk = tl.load(bt_row + offs_n // PAGE, mask=offs_n < end, other=0).to(tl.int64)
+    wait_for_previous(USE_PDL)
+
     offs_g = tl.arange(0, G_PAD)
     offs_d = tl.arange(0, BLOCK_D)
     mask_g = offs_g < G
     mask_d = offs_d < D
     heads = kvh * G + offs_g  # int64
-    k_base = k_ptr + kvh * stride_kh
-    v_base = v_ptr + kvh * stride_vh
-    mask_n = offs_n < end
-    k_ptrs = k_base + (blk * stride_kb + (offs_n % PAGE).to(tl.int64) * stride_ks)[:, None] + offs_d[None, :]
-    v_ptrs = v_base + (blk * stride_vb + (offs_n % PAGE).to(tl.int64) * stride_vs)[:, None] + offs_d[None, :]
-    old = (mask_n & (offs_n != ctx - 1))[:, None] & mask_d[None, :]
-    k = tl.load(k_ptrs, mask=old, other=0.0)
-    v = tl.load(v_ptrs, mask=old, other=0.0)
-    nxt = offs_n + BLOCK_N  # the next tile's block ids (rotated through the loop)
-    blk = tl.load(bt_row + nxt // PAGE, mask=nxt < end, other=0).to(tl.int64)
-    wait_for_previous(USE_PDL)
     q = tl.load(
         q_ptr + tok * stride_qt + heads[:, None] * stride_qh + offs_d[None, :],
         mask=mask_g[:, None] & mask_d[None, :],
         other=0.0,
     )
-    new = (mask_n & (offs_n == ctx - 1))[:, None] & mask_d[None, :]
-    k = tl.load(k_ptrs, mask=new, other=k)
-    v = tl.load(v_ptrs, mask=new, other=v)
 
     m_i = tl.full([G_PAD], float("-inf"), tl.float32)
     l_i = tl.zeros([G_PAD], tl.float32)
     acc = tl.zeros([G_PAD, BLOCK_D], tl.float32)
-    if start < end:  # an empty split (a short context) attends to nothing
-        m_i, l_i, acc = _attend(q, k, v, mask_n, m_i, l_i, acc, qk_scale, DOT_PREC)
-    for n0 in range(start + BLOCK_N, end, BLOCK_N):
+    k_base = k_ptr + kvh * stride_kh
+    v_base = v_ptr + kvh * stride_vh
+    for n0 in range(start, end, BLOCK_N):
         offs_n = n0 + tl.arange(0, BLOCK_N)
         mask_n = offs_n < end
         in_page = (offs_n % PAGE).to(tl.int64)
@@ -134,13 +108,20 @@ def _paged_decode_split_kernel(
             mask=kv_mask,
             other=0.0,
         )
+        s = tl.dot(q, tl.trans(k), input_precision=DOT_PREC) * qk_scale  # [G_PAD, BLOCK_N], log2 units
+        s = tl.where(mask_n[None, :], s, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(s, 1))
+        alpha = tl.exp2(m_i - m_new)
+        p = tl.exp2(s - m_new[:, None])
+        l_i = l_i * alpha + tl.sum(p, 1)
         v = tl.load(
             v_base + (blk * stride_vb + in_page * stride_vs)[:, None] + offs_d[None, :],
             mask=kv_mask,
             other=0.0,
         )
-        m_i, l_i, acc = _attend(q, k, v, mask_n, m_i, l_i, acc, qk_scale, DOT_PREC)
-        nxt = offs_n + BLOCK_N
+        acc = tl.dot(p.to(v.dtype), v, acc * alpha[:, None], input_precision=DOT_PREC)
+        m_i = m_new
+        nxt = offs_n + BLOCK_N  # the next tile's block ids (rotated: the first loaded before the wait)
         blk = tl.load(bt_row + nxt // PAGE, mask=nxt < end, other=0).to(tl.int64)
 
     nonempty = l_i > 0.0
