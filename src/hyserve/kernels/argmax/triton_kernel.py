@@ -1,9 +1,9 @@
 """Upcast + argmax of the logits in one launch, with a last-program reduction.
 
 Shapes: x [N, V] (unit column stride, any row stride) -> logits [N, V] fp32, ids [N] int64.
-Grid: (S = cdiv(V, BLOCK),); program s takes columns [s*BLOCK, (s+1)*BLOCK) of every row: it writes them as
-fp32 and its best column of each row as one int64 key into ``partial [N, S]``, then draws a ticket; the
-program that draws the last one reduces the partial keys of every row and resets the counter to 0.
+Grid: (S = cdiv(V, BLOCK), N); program (s, r) takes columns [s*BLOCK, (s+1)*BLOCK) of row r: it writes them as
+fp32 and its best column as one int64 key into ``partial [N, S]``, then draws a ticket of row r's counter; the
+program that draws the row's last one reduces the row's S keys and resets the counter to 0.
 
 The key orders (value, column) in one integer, so a max of keys is an argmax with torch's tie rule (the
 first of equal maxima): the high 32 bits are the fp32 value's bits made order-preserving as a signed integer
@@ -40,7 +40,6 @@ def _logits_argmax_kernel(
     partial_ptr,
     ids_ptr,
     counter_ptr,
-    N,
     V,
     stride_x,
     BLOCK: tl.constexpr,
@@ -48,45 +47,49 @@ def _logits_argmax_kernel(
     USE_PDL: tl.constexpr,
 ):
     pid = tl.program_id(0)
+    r = tl.program_id(1).to(tl.int64)
     cols = pid * BLOCK + tl.arange(0, BLOCK)
     ok = cols < V
     wait_for_previous(USE_PDL)  # x is the LM head's output
-    for row in range(N):
-        r = tl.cast(row, tl.int64)
-        v = tl.load(x_ptr + r * stride_x + cols, mask=ok, other=0.0).to(tl.float32)
-        tl.store(out_ptr + r * V + cols, v, mask=ok)
-        key = tl.where(ok, _keys(v, cols), -(2**63) + 1)
-        tl.store(partial_ptr + r * tl.num_programs(0) + pid, tl.max(key, 0))
+    v = tl.load(x_ptr + r * stride_x + cols, mask=ok, other=0.0).to(tl.float32)
+    tl.store(out_ptr + r * V + cols, v, mask=ok)
+    key = tl.where(ok, _keys(v, cols), -(2**63) + 1)
+    tl.store(partial_ptr + r * tl.num_programs(0) + pid, tl.max(key, 0))
     tl.debug_barrier()
-    ticket = tl.atomic_add(counter_ptr, 1, sem="acq_rel", scope="gpu")
+    ticket = tl.atomic_add(counter_ptr + r, 1, sem="acq_rel", scope="gpu")
     if ticket == tl.num_programs(0) - 1:
         s = tl.arange(0, S_PAD)
-        for row in range(N):
-            r = tl.cast(row, tl.int64)
-            keys = tl.load(
-                partial_ptr + r * tl.num_programs(0) + s,
-                mask=s < tl.num_programs(0),
-                other=-(2**63) + 1,
-                cache_modifier=".cg",
-            )
-            best = tl.max(keys, 0)
-            tl.store(ids_ptr + r, 4294967295 - (best & 4294967295))
-        tl.atomic_xchg(counter_ptr, 0, sem="relaxed", scope="gpu")
+        keys = tl.load(
+            partial_ptr + r * tl.num_programs(0) + s,
+            mask=s < tl.num_programs(0),
+            other=-(2**63) + 1,
+            cache_modifier=".cg",
+        )
+        best = tl.max(keys, 0)
+        tl.store(ids_ptr + r, 4294967295 - (best & 4294967295))
+        tl.atomic_xchg(counter_ptr + r, 0, sem="relaxed", scope="gpu")
 
 
 _COUNTERS: dict[str, torch.Tensor] = {}
+_OUTGROWN: list[torch.Tensor] = []  # kept alive: graphs captured before a growth still use them
 
 
-def _counter(device: torch.device) -> torch.Tensor:
-    """The ticket counter (0 between launches), one per device, allocated outside any CUDA-graph capture (a
-    tensor first allocated while capturing lives in the graphs' shared pool, where another graph's temporaries
-    may overwrite it between replays). The engine launches on one stream."""
+def _counters(device: torch.device, rows: int) -> torch.Tensor:
+    """The rows' ticket counters (0 between launches), one set per device, grown only outside CUDA-graph capture
+    (a tensor first allocated while capturing lives in the graphs' shared pool, where another graph's
+    temporaries may overwrite it between replays; the engine runs every batch size eagerly first). The engine
+    launches on one stream."""
     key = str(device)
     c = _COUNTERS.get(key)
-    if c is None:
+    if c is None or c.numel() < rows:
         if device.type == "cuda" and torch.cuda.is_current_stream_capturing():
-            raise RuntimeError("logits_argmax's counter must be allocated before CUDA-graph capture")
-        c = _COUNTERS[key] = torch.zeros(1, dtype=torch.int32, device=device)
+            raise RuntimeError(
+                f"logits_argmax's counters for {rows} rows must be allocated before CUDA-graph capture: run "
+                "that batch size eagerly first"
+            )
+        if c is not None:
+            _OUTGROWN.append(c)
+        c = _COUNTERS[key] = torch.zeros(max(rows, 1024), dtype=torch.int32, device=device)
     return c
 
 
@@ -97,13 +100,12 @@ def logits_argmax_triton(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         x = x.contiguous()
     out = torch.empty((n, v), dtype=torch.float32, device=x.device)
     ids = torch.empty(n, dtype=torch.int64, device=x.device)
-    counter = _counter(x.device)
     if n == 0:
         return out, ids
     programs = triton.cdiv(v, BLOCK)
     partial = torch.empty((n, programs), dtype=torch.int64, device=x.device)
-    _logits_argmax_kernel[(programs,)](
-        x, out, partial, ids, counter, n, v, x.stride(0),
+    _logits_argmax_kernel[(programs, n)](
+        x, out, partial, ids, _counters(x.device, n), v, x.stride(0),
         BLOCK=BLOCK, S_PAD=triton.next_power_of_2(programs), num_warps=4, **launch_options(x),
     )  # fmt: skip
     return out, ids
