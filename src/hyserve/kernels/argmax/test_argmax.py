@@ -42,3 +42,18 @@ def test_dispatch(monkeypatch):
     x = torch.randn(2, 3000).to(DEVICE)
     monkeypatch.setenv("HYSERVE_KERNELS", "triton")
     assert logits_argmax(x)[1].tolist() == x.argmax(-1).tolist()
+
+
+def test_counters_grow_outside_a_capture_and_keep_the_old(monkeypatch):
+    from hyserve.kernels import tickets
+
+    monkeypatch.setattr(tickets, "_COUNTERS", {})
+    cpu = torch.device("cpu")
+    small = tickets.ticket_counters("logits_argmax", cpu, 4, minimum=8)
+    assert tickets.ticket_counters("logits_argmax", cpu, 8) is small
+    assert tickets.ticket_counters("another kernel", cpu, 4) is not small  # each kernel owns its counters
+    grown = tickets.ticket_counters("logits_argmax", cpu, 9)
+    assert grown.numel() >= 9 and any(t is small for t in tickets._OUTGROWN)  # graphs may still use the old
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: True)
+    with pytest.raises(RuntimeError, match="before CUDA-graph capture"):
+        tickets.ticket_counters("logits_argmax", torch.device("cuda", 0), 1)

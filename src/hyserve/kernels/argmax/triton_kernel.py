@@ -18,6 +18,7 @@ import triton
 import triton.language as tl
 
 from hyserve.kernels.pdl import launch_options, wait_for_previous
+from hyserve.kernels.tickets import ticket_counters
 
 BLOCK = 2048  # columns a program takes: 122 programs over the 248k vocabulary
 _LOW = (1 << 32) - 1
@@ -70,29 +71,6 @@ def _logits_argmax_kernel(
         tl.atomic_xchg(counter_ptr + r, 0, sem="relaxed", scope="gpu")
 
 
-_COUNTERS: dict[str, torch.Tensor] = {}
-_OUTGROWN: list[torch.Tensor] = []  # kept alive: graphs captured before a growth still use them
-
-
-def _counters(device: torch.device, rows: int) -> torch.Tensor:
-    """The rows' ticket counters (0 between launches), one set per device, grown only outside CUDA-graph capture
-    (a tensor first allocated while capturing lives in the graphs' shared pool, where another graph's
-    temporaries may overwrite it between replays; the engine runs every batch size eagerly first). The engine
-    launches on one stream."""
-    key = str(device)
-    c = _COUNTERS.get(key)
-    if c is None or c.numel() < rows:
-        if device.type == "cuda" and torch.cuda.is_current_stream_capturing():
-            raise RuntimeError(
-                f"logits_argmax's counters for {rows} rows must be allocated before CUDA-graph capture: run "
-                "that batch size eagerly first"
-            )
-        if c is not None:
-            _OUTGROWN.append(c)
-        c = _COUNTERS[key] = torch.zeros(max(rows, 1024), dtype=torch.int32, device=device)
-    return c
-
-
 def logits_argmax_triton(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Same contract as ``logits_argmax_reference``."""
     n, v = x.shape
@@ -105,7 +83,7 @@ def logits_argmax_triton(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     programs = triton.cdiv(v, BLOCK)
     partial = torch.empty((n, programs), dtype=torch.int64, device=x.device)
     _logits_argmax_kernel[(programs, n)](
-        x, out, partial, ids, _counters(x.device, n), v, x.stride(0),
+        x, out, partial, ids, ticket_counters("logits_argmax", x.device, n, minimum=1024), v, x.stride(0),
         BLOCK=BLOCK, S_PAD=triton.next_power_of_2(programs), num_warps=4, **launch_options(x),
     )  # fmt: skip
     return out, ids

@@ -154,7 +154,9 @@ def test_dispatch(monkeypatch):
 
 def test_counters_are_never_allocated_inside_a_capture(monkeypatch):
     """Counters allocated while capturing would live in the graphs' shared pool (overwritten between replays)."""
-    monkeypatch.setattr(triton_kernel, "_WORKSPACES", {})
+    from hyserve.kernels import tickets
+
+    monkeypatch.setattr(tickets, "_COUNTERS", {})
     cpu = torch.device("cpu")
     assert _workspace(cpu, 10) is _workspace(cpu, 100)
     monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: True)

@@ -16,9 +16,8 @@ Conv state, written exactly once per channel, never read after it is overwritten
     a ticket (``atomic_add`` acq_rel on a per-(b, j) counter) only after it has consumed its windows; the
     program that draws the last ticket knows every reader is done, shifts the q/k windows and resets the
     counter to 0. No program waits on another (no spin), so any scheduling order is safe, and the
-    counters are back to zero after every launch (CUDA-graph safe). The counters live in a persistent
-    int32 workspace per device (``_workspace``), allocated on the first call (warm up before capturing
-    a graph; don't run two launches concurrently on different streams).
+    counters are back to zero after every launch (CUDA-graph safe). They are ``kernels/tickets.py``
+    counters (``_workspace``), allocated outside any capture.
 
 Gated RMSNorm needs the whole V of a head. NV == 1 (BV = V): done in the program. NV > 1: each program
 stores its o tile (rounded to the model dtype, as the unfused path does before the norm), then (CTA
@@ -40,13 +39,12 @@ import triton
 import triton.language as tl
 
 from hyserve.kernels.pdl import launch_options, wait_for_previous
+from hyserve.kernels.tickets import ticket_counters
 
 # batch size bound -> (BV, num_warps); the first entry whose bound is >= B
 _CONFIGS = ((2, 32, 4), (1 << 30, 128, 4))
 
 _TL_DTYPES = {torch.float32: tl.float32, torch.float16: tl.float16, torch.bfloat16: tl.bfloat16}
-
-_WORKSPACES: dict[torch.device, torch.Tensor] = {}
 
 
 @triton.jit
@@ -249,19 +247,8 @@ def _gdn_decode_step_kernel(
 
 
 def _workspace(device: torch.device, n: int) -> torch.Tensor:
-    """Persistent zeroed int32 ticket counters (every launch leaves them at zero)."""
-    ws = _WORKSPACES.get(device)
-    if ws is None or ws.numel() < n:
-        if device.type == "cuda" and torch.cuda.is_current_stream_capturing():
-            # allocated inside a capture it would live in the graphs' pool, where other graphs'
-            # temporaries overwrite the counters between replays
-            raise RuntimeError(
-                "the DeltaNet decode-step counters must be allocated before CUDA-graph capture: run the "
-                "decode step once eagerly at the largest batch first"
-            )
-        ws = torch.zeros(max(n, 1 << 16), dtype=torch.int32, device=device)
-        _WORKSPACES[device] = ws
-    return ws
+    """The step's ticket counters (``kernels/tickets.py``)."""
+    return ticket_counters("DeltaNet decode step", device, n, minimum=1 << 16)
 
 
 def decode_step_config(batch: int) -> tuple[int, int]:

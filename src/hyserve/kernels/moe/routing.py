@@ -41,6 +41,7 @@ import triton.language as tl
 
 from hyserve.kernels.moe.workspace import empty, launch
 from hyserve.kernels.pdl import wait_for_previous
+from hyserve.kernels.tickets import ticket_counters
 
 SMALL_PAIRS = 512  # largest TP*KP the single-program path takes (T <= 64 at k = 8)
 # From this many tokens the small path splits top-k (grid over tokens, SPLIT_BLOCK_T per program) from the
@@ -692,26 +693,9 @@ def route_topk(
     return ids, w
 
 
-_COUNTERS: dict[str, torch.Tensor] = {}
-
-
 def _counter(device: torch.device) -> torch.Tensor:
-    """The fused router's ticket counter (0 between launches), one per device, allocated outside any CUDA
-    graph capture: a tensor first allocated while capturing lives in the graphs' shared memory pool, where
-    another graph's temporaries may overwrite it between replays (a garbage count: nobody routes, the expert
-    kernels read stale ids: an illegal address, seen at batch 1 after a c=32 run). Launches on two streams
-    at once would share it; the engine runs one stream."""
-    key = str(device)
-    c = _COUNTERS.get(key)
-    if c is None:
-        if device.type == "cuda" and torch.cuda.is_current_stream_capturing():
-            raise RuntimeError(
-                "the fused MoE router's counter must be allocated before CUDA-graph capture: run the "
-                "decode step once eagerly first"
-            )
-        c = torch.zeros(1, dtype=torch.int32, device=device)
-        _COUNTERS[key] = c
-    return c
+    """The fused router's ticket counter (``kernels/tickets.py``)."""
+    return ticket_counters("moe router", device, 1)
 
 
 def small_routing(T: int, E: int, top_k: int) -> bool:

@@ -233,9 +233,10 @@ def test_route_topk_fused(block_e: int | None) -> None:
 def test_router_counter_is_made_once_per_device_and_never_inside_a_capture(monkeypatch) -> None:
     """A counter first allocated during a CUDA-graph capture lives in the graphs' shared pool, where other
     graphs' temporaries overwrite it (H200: an illegal address at batch 1 after a c=32 run)."""
+    from hyserve.kernels import tickets
     from hyserve.kernels.moe import routing
 
-    monkeypatch.setattr(routing, "_COUNTERS", {})
+    monkeypatch.setattr(tickets, "_COUNTERS", {})
     cpu = torch.device("cpu")
     assert routing._counter(cpu) is routing._counter(cpu)
     monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: True)
