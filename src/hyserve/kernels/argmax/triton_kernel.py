@@ -21,7 +21,6 @@ from hyserve.kernels.pdl import launch_options, wait_for_previous
 from hyserve.kernels.tickets import ticket_counters
 
 BLOCK = 2048  # columns a program takes: 122 programs over the 248k vocabulary
-_LOW = (1 << 32) - 1
 
 
 @triton.jit
