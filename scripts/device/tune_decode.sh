@@ -2,7 +2,8 @@
 # Decode-path kernels on the GPU: tests at real shapes of the GEMV and the MoE pairs path, the GEMV tile
 # sweep (writes kernels/linear/configs/gemv.json), the MoE tune for T <= 8 (merged into its JSON), the GDN
 # decode-step sweep, then the decode-step profile with the new tiles. Results: $OUT/results.tgz and the
-# two JSON files.
+# two JSON files. The sweeps time each kernel alone: keep what they write only if the profile's step improves
+# (plan options that won alone have lost in the step: docs/performance.md, 2026-12-03).
 set -u
 export PYTHONPATH=src PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/out}
