@@ -4,9 +4,7 @@
 # (128 requests, 32 in flight, 1024 in, 512 out). Needs the server wheels: carry .whl (README "On the H200").
 # usage: bash scripts/device/serve_bench.sh [extra hyserve serve flags]
 set -u
-export PYTHONUNBUFFERED=1
-OUT=${OUT:-/tmp/out}
-M=configs/Qwen3.6-35B-A3B
+source "$(dirname "$0")/common.sh"  # PYTHONPATH with the server wheels, $OUT, $M
 PORT=8011
 t0=$(date +%s%N)
 python3 -m hyserve serve --model $M --load-format dummy --port $PORT --disable-uvicorn-access-log "$@" \
