@@ -7,7 +7,7 @@ if [ ! -d /tmp/site/fastapi ] && ls .whl/*.whl > /dev/null 2>&1; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
     > /dev/null 2>&1
 fi
-OUT=${OUT:-/tmp/out}
+OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 W=/tmp/w; mkdir -p $W
 M=configs/Qwen3.6-35B-A3B
 run() { local name=$1 limit=$2; shift 2; echo "== $name"; local s=$SECONDS
