@@ -297,6 +297,12 @@ class TextModel(nn.Module):
         positions [T] the attention layers read them at."""
         c = self.config
         if self.rope_table is None or self.rope_table[0].device != positions.device:
+            if (
+                positions.is_cuda and torch.cuda.is_current_stream_capturing()
+            ):  # it would live in the graph pool
+                raise RuntimeError(
+                    "the RoPE tables must be built before CUDA-graph capture: run a forward first"
+                )
             every = torch.arange(c.max_position_embeddings, device=positions.device)
             self.rope_table = ops.rope_cos_sin(every, c.rotary_dim, c.rope_theta)
         return (*self.rope_table, positions)
