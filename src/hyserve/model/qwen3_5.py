@@ -297,9 +297,8 @@ class TextModel(nn.Module):
         positions [T] the attention layers read them at."""
         c = self.config
         if self.rope_table is None or self.rope_table[0].device != positions.device:
-            if (
-                positions.is_cuda and torch.cuda.is_current_stream_capturing()
-            ):  # it would live in the graph pool
+            # built while capturing, the tables would live in the graphs' pool (overwritten between replays)
+            if positions.is_cuda and torch.cuda.is_current_stream_capturing():
                 raise RuntimeError(
                     "the RoPE tables must be built before CUDA-graph capture: run a forward first"
                 )

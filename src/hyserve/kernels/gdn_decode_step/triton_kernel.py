@@ -225,10 +225,8 @@ def _gdn_decode_step_kernel(
         tl.store(o_base + ov, o.to(X_DT), mask=mv)
         if EARLY_CONV and last_qk:  # every reader of this key head's q/k windows has released its ticket
             cnt = cnt_qk_ptr + b64 * H + i_h
-            if G * NV > 1:
-                tl.atomic_xchg(
-                    cnt, 0, sem="acquire"
-                )  # their reads before these stores; the counter back to 0
+            if G * NV > 1:  # their reads before these stores; the counter back to 0
+                tl.atomic_xchg(cnt, 0, sem="acquire")
             tl.store(c_base + cq, hq1, mask=mk)
             tl.store(c_base + D + cq, hq2, mask=mk)
             tl.store(c_base + 2 * D + cq, xq.to(C_DT), mask=mk)
