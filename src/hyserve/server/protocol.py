@@ -9,9 +9,19 @@ from __future__ import annotations
 
 import time
 import uuid
-from typing import Any, Literal
+from typing import Annotated, Any, Literal, Union
 
-from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Discriminator,
+    Field,
+    StrictInt,
+    StrictStr,
+    Tag,
+    field_validator,
+    model_validator,
+)
 
 MAX_N = 128  # choices per request: each is a sequence in the batch
 
@@ -24,8 +34,33 @@ def now_s() -> int:
     return int(time.time())
 
 
-def _is_token_id(x: object) -> bool:
-    return isinstance(x, int) and not isinstance(x, bool)
+def _prompt_kind(v: object) -> str:
+    """Which member of ``Prompt`` a (shape-checked) prompt is, so pydantic validates that one alone: a smart
+    union tries every member and builds one error per element for each that fails (~2 ms at 4096 ids)."""
+    if isinstance(v, str):
+        return "text"
+    if v and isinstance(v[0], str):
+        return "texts"
+    if v and isinstance(v[0], list):
+        return "id_lists"
+    return "ids"
+
+
+# text, texts, token ids, or lists of token ids: each prompt is its own engine request
+Prompt = Annotated[
+    Union[  # noqa: UP007 - Tag annotations inside the union
+        Annotated[StrictStr, Tag("text")],
+        Annotated[list[StrictStr], Tag("texts")],
+        Annotated[list[StrictInt], Tag("ids")],
+        Annotated[list[list[StrictInt]], Tag("id_lists")],
+    ],
+    Discriminator(_prompt_kind),
+]
+
+
+def _token_ids(v: list) -> bool:
+    """Every element a plain int (JSON's; bool, an int subclass, is not a token id)."""
+    return set(map(type, v)) <= {int}
 
 
 class _Request(BaseModel):
@@ -67,8 +102,7 @@ class SamplingFields(_Request):
 
 
 class CompletionRequest(SamplingFields):
-    # text, texts, token ids, or lists of token ids: each prompt is its own engine request
-    prompt: StrictStr | list[StrictStr] | list[StrictInt] | list[list[StrictInt]]
+    prompt: Prompt
     max_tokens: int | None = 16  # None: up to the model length
     logprobs: int | None = None  # top alternatives per token (the chosen token's logprob always comes)
     echo: bool = False
@@ -82,9 +116,9 @@ class CompletionRequest(SamplingFields):
         ok = isinstance(v, str) or (
             isinstance(v, list)
             and (
-                all(isinstance(x, str) for x in v)
-                or all(_is_token_id(x) for x in v)
-                or all(isinstance(x, list) and all(_is_token_id(t) for t in x) for x in v)
+                set(map(type, v)) <= {str}
+                or _token_ids(v)
+                or (set(map(type, v)) <= {list} and all(_token_ids(x) for x in v))
             )
         )
         if not ok:
