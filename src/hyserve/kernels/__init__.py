@@ -13,6 +13,7 @@ from hyserve.kernels.dispatch import reference_only, use_reference
 from hyserve.kernels.gated_delta_rule import gated_delta_rule_decode, gated_delta_rule_prefill
 from hyserve.kernels.gated_rmsnorm import gated_rms_norm
 from hyserve.kernels.gdn_decode_step import gdn_decode_step
+from hyserve.kernels.gdn_gating import gdn_gating
 from hyserve.kernels.linear import linear
 from hyserve.kernels.moe import fused_moe
 from hyserve.kernels.qk_norm_rope import qk_norm_rope, rope_cos_sin
@@ -26,6 +27,7 @@ __all__ = [
     "gated_delta_rule_prefill",
     "gated_rms_norm",
     "gdn_decode_step",
+    "gdn_gating",
     "linear",
     "logits_argmax",
     "paged_attention",

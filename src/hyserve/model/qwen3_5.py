@@ -13,7 +13,6 @@ first projection applies (``Linear(x, norm=...)``), and adds its output to x in 
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from hyserve import kernels as ops
@@ -116,8 +115,7 @@ class GatedDeltaNet(nn.Module):
         q = q.view(t, self.num_k_heads, self.head_k_dim)
         k = k.view(t, self.num_k_heads, self.head_k_dim)
         v = v.view(t, self.num_v_heads, self.head_v_dim)
-        beta = b.sigmoid()
-        g = -self.A_log.float().exp() * F.softplus(a.float() + self.dt_bias)  # log-decay <= 0, fp32
+        g, beta = ops.gdn_gating(a, b, self.A_log, self.dt_bias)  # log-decay <= 0 (fp32), write strength
         o = ops.gated_delta_rule_prefill(
             q, k, v, g, beta, ssm_state, batch.cu_seqlens_q, batch.state_indices, batch.has_initial_state
         )
