@@ -8,7 +8,8 @@
 * prefill, one sequence of 128/1024/4096 tokens and 8 x 512: eager (as the engine runs prefill), nominal
   chunked-form FLOPs -> TFLOP/s (of 728); beside it fla's ``chunk_gated_delta_rule`` when importable.
 
-``--sweep`` also times the tile configs (decode BV x warps; prefill state/output BV) and prints the best.
+``--sweep`` also times the tile configs (decode BV x warps; prefill state/output BV, the solve's warps) and
+prints the best.
 The helpers here (``time_ms``, ``fla_*``) are shared by the other GDN benches and ``gpu_check``.
 """
 
@@ -233,6 +234,7 @@ PREFILL_SWEEP = [
     for sbv in (32, 64)
     for obv in (64, 128)
 ]
+PREFILL_SWEEP += [{"prepare": {"num_warps": w}} for w in (2, 4, 16)]  # the chunk solve (default 8 warps)
 PREFILL_LENS = ([128], [1024], [4096], [512] * 8)
 
 
