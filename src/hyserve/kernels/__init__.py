@@ -16,7 +16,7 @@ from hyserve.kernels.gdn_decode_step import gdn_decode_step
 from hyserve.kernels.gdn_gating import gdn_gating
 from hyserve.kernels.linear import linear
 from hyserve.kernels.moe import fused_moe
-from hyserve.kernels.qk_norm_rope import qk_norm_rope, rope_cos_sin
+from hyserve.kernels.qk_norm_rope import qk_norm_rope, qk_norm_rope_store, rope_cos_sin
 from hyserve.kernels.rmsnorm import rms_norm
 
 __all__ = [
@@ -32,6 +32,7 @@ __all__ = [
     "logits_argmax",
     "paged_attention",
     "qk_norm_rope",
+    "qk_norm_rope_store",
     "reference_only",
     "rms_norm",
     "rope_cos_sin",

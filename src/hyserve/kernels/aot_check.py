@@ -122,6 +122,11 @@ def main() -> None:
                 "pos_ptr": "*i64", "q_out_ptr": BF, "k_out_ptr": BF, "eps": "fp32"}  # fmt: skip
     build(qk_rope._qk_norm_rope_kernel, qk_types, dict(HQ=16, HK=2, D=256, BLOCK_HQ=16, BLOCK_HK=2, BLOCK_D=256,
           ROT=64, USE_PDL=True), 8, 1, label="qk_norm_rope")  # fmt: skip
+    qks_types = {"q_ptr": BF, "k_ptr": BF, "v_ptr": BF, "qw_ptr": BF, "kw_ptr": BF, "cos_ptr": F32, "sin_ptr": F32,
+                 "pos_ptr": "*i64", "slot_ptr": "*i64", "q_out_ptr": BF, "k_cache_ptr": BF, "v_cache_ptr": BF,
+                 "eps": "fp32"}  # fmt: skip
+    build(qk_rope._qk_norm_rope_store_kernel, qks_types, dict(HQ=16, HK=2, D=256, BLOCK_HQ=16, BLOCK_HK=2,
+          BLOCK_D=256, ROT=64, PAGE=16, USE_PDL=True), 8, 1, label="qk_norm_rope_store")  # fmt: skip
     block_d, rows, warps = rmsnorm.launch_shape(2048)
     norm_types = {"x_ptr": BF, "r_ptr": BF, "w_ptr": BF, "out_ptr": BF, "h_ptr": BF, "eps": "fp32"}
     build(rmsnorm._rms_norm_kernel, norm_types, dict(D=2048, BLOCK_D=block_d, ROWS=rows, HAS_RES=False,

@@ -5,7 +5,7 @@
 1. correctness (bf16, real shapes) of every Triton op against its reference: paged decode (B=32, contexts
    1..8192, pages 16/64/256), varlen prefill with cached prefixes and decode rows, store_kv (padding slots
    untouched), rms_norm (+residual), gated_rms_norm, qk_norm_rope on the strided q view, silu_and_mul;
-2. a CUDA-graph capture of a decode step (qk_norm_rope, store_kv, paged_attention) replayed with new
+2. a CUDA-graph capture of a decode step (qk_norm_rope_store, paged_attention) replayed with new
    lengths and block tables (no host reads, static grid);
 3. the benches of all five ops and, unless --no-sweep, a tile-config sweep of the attention kernels.
 A short table comes last; every row also goes to $OUT/small_ops.json when $OUT is set.
@@ -122,13 +122,14 @@ def check_attention(rep: Report) -> None:
 
 
 def check_cuda_graph(rep: Report) -> None:
-    """Capture qk_norm_rope + store_kv + decode attention once; replay with other lengths and tables."""
+    """Capture qk_norm_rope_store + decode attention once (the model's attention block); replay with other
+    lengths and tables."""
     for batch, max_seq_len in ((32, None), (32, 8192), (1, None)):
         _graph_case(rep, batch, max_seq_len)
 
 
 def _graph_case(rep: Report, batch: int, max_seq_len: int | None) -> None:
-    from hyserve.kernels import paged_attention, qk_norm_rope, rope_cos_sin, store_kv
+    from hyserve.kernels import paged_attention, qk_norm_rope_store, rope_cos_sin
     from hyserve.kernels.attention import paged_attention_reference
 
     page, width, hq, hkv, d = 16, 512, 16, 2, 256
@@ -148,8 +149,9 @@ def _graph_case(rep: Report, batch: int, max_seq_len: int | None) -> None:
     cos, sin = rope_cos_sin(torch.arange(width * page, device="cuda"), 64, 1e7)
 
     def step():
-        q, k = qk_norm_rope(proj[..., :d], k_new, qw, kw, 1e-6, cos, sin, positions, 64)
-        store_kv(k, v_new, kc, vc, slots)
+        q = qk_norm_rope_store(
+            proj[..., :d], k_new, v_new, qw, kw, 1e-6, cos, sin, positions, 64, kc, vc, slots
+        )
         o = paged_attention(q, kc, vc, cu, seq_lens, bt, d**-0.5, gate=proj[..., d:], max_seq_len=max_seq_len)
         return q, o
 

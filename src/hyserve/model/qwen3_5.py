@@ -161,11 +161,21 @@ class Attention(nn.Module):
         q, gate = q_gate.view(t, self.num_heads, 2 * self.head_dim).chunk(2, dim=-1)
         k = k.view(t, self.num_kv_heads, self.head_dim)
         v = v.view(t, self.num_kv_heads, self.head_dim)
-        q, k = ops.qk_norm_rope(
-            q, k, self.q_norm.weight, self.k_norm.weight, self.eps, *rope, self.rotary_dim
-        )
         k_cache, v_cache = cache.kv[self.attention_index]
-        ops.store_kv(k, v, k_cache, v_cache, batch.slot_mapping)
+        # one kernel: the normed, roped q out; the normed, roped k and the raw v into the cache at the slots
+        q = ops.qk_norm_rope_store(
+            q,
+            k,
+            v,
+            self.q_norm.weight,
+            self.k_norm.weight,
+            self.eps,
+            *rope,
+            self.rotary_dim,
+            k_cache,
+            v_cache,
+            batch.slot_mapping,
+        )
         o = ops.paged_attention(
             q,
             k_cache,

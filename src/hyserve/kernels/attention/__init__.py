@@ -2,8 +2,9 @@
 
 KV cache of one layer: ``k_cache, v_cache [num_blocks, block_size, Hkv, D]``. Token ``t`` of sequence
 ``i`` lives at flat slot ``block_tables[i, t // block_size] * block_size + t % block_size``. ``store_kv``
-writes the new tokens' K/V first; ``paged_attention`` then reads every key of the context from the cache,
-so the same op serves prefill, chunked prefill (a cached prefix) and decode.
+(in the model: ``qk_norm_rope_store``, fused with the q/k norm and RoPE) writes the new tokens' K/V first;
+``paged_attention`` then reads every key of the context from the cache, so the same op serves prefill,
+chunked prefill (a cached prefix) and decode.
 
 Triton dispatch: one token per sequence (``q.shape[0] == seq_lens.shape[0]``) takes the split-K decode
 kernel (no host reads: CUDA-graph safe; ``max_seq_len`` bounds its grid), anything else the varlen

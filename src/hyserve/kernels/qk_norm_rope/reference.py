@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import torch
 
+from hyserve.kernels.attention.reference import store_kv_reference
 from hyserve.kernels.rmsnorm.reference import rms_norm_reference
 
 
@@ -44,3 +45,28 @@ def qk_norm_rope_reference(
     q = rms_norm_reference(q, q_weight, eps)
     k = rms_norm_reference(k, k_weight, eps)
     return _rotate(q, cos, sin, rotary_dim), _rotate(k, cos, sin, rotary_dim)
+
+
+def qk_norm_rope_store_reference(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    q_weight: torch.Tensor,
+    k_weight: torch.Tensor,
+    eps: float,
+    cos: torch.Tensor,
+    sin: torch.Tensor,
+    positions: torch.Tensor,
+    rotary_dim: int,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    slot_mapping: torch.Tensor,
+) -> torch.Tensor:
+    """``qk_norm_rope_reference`` of q, k, then ``store_kv_reference`` of the new k and the raw v [T, Hk, D]
+    into k_cache/v_cache [num_blocks, block_size, Hk, D] at ``slot_mapping`` [T] (negative: not stored).
+
+    Returns the new q [T, Hq, D]; the new k lives only in the cache.
+    """
+    q, k = qk_norm_rope_reference(q, k, q_weight, k_weight, eps, cos, sin, positions, rotary_dim)
+    store_kv_reference(k, v, k_cache, v_cache, slot_mapping)
+    return q
