@@ -99,17 +99,18 @@ def main() -> None:
                   DOT_PREC="tf32", ADD_OUT=True, USE_PDL=True)  # fmt: skip
     build(triton_decode._down_reduce_kernel, red_types, consts, 4, 3, label="down_reduce add_out=1")
     att_types = {"q_ptr": BF, "k_ptr": BF, "v_ptr": BF, "bt_ptr": I32, "seq_lens_ptr": I32, "cu_q_ptr": I32,
-                 "gate_ptr": BF, "out_ptr": BF, "part_o_ptr": F32, "part_lse_ptr": F32, "qk_scale": "fp32"}  # fmt: skip
-    for single in (0, 1):
-        consts = dict(G=8, G_PAD=16, D=256, BLOCK_D=256, BLOCK_N=64, PAGE=16, SINGLE=single, HAS_GATE=True,
-                      DOT_PREC="tf32", USE_PDL=True)  # fmt: skip
+                 "gate_ptr": BF, "out_ptr": BF, "part_o_ptr": F32, "part_lse_ptr": F32, "counter_ptr": I32,
+                 "qk_scale": "fp32"}  # fmt: skip
+    for single, fused in ((0, 0), (1, 0), (0, 1)):
+        consts = dict(G=8, G_PAD=16, D=256, BLOCK_D=256, BLOCK_N=64, PAGE=16, SINGLE=single, FUSED_REDUCE=fused,
+                      MERGE_CHUNK=attn.MERGE_CHUNK, HAS_GATE=True, DOT_PREC="tf32", USE_PDL=True)  # fmt: skip
         build(
             attn._paged_decode_split_kernel,
             att_types,
             consts,
             4,
             2,
-            label=f"paged decode split single={single}",
+            label=f"paged decode split single={single} fused={fused}",
         )
     red_att = {"part_o_ptr": F32, "part_lse_ptr": F32, "seq_lens_ptr": I32, "cu_q_ptr": I32, "gate_ptr": BF,
                "out_ptr": BF}  # fmt: skip

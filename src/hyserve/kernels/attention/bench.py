@@ -1,10 +1,11 @@
 """Micro-benchmark of the attention kernels at the model's shapes (Hq=16, Hkv=2, D=256, bf16, page 16).
 
-``python -m hyserve.kernels.attention.bench [--sweep]``. Decode (B x ctx) is timed inside a CUDA graph (as
-the engine runs it): KV bytes / time against 4.0 TB/s, beside torch SDPA on contiguous K/V and the
+``python -m hyserve.kernels.attention.bench [--sweep | --fused]``. Decode (B x ctx) is timed inside a CUDA
+graph (as the engine runs it): KV bytes / time against 4.0 TB/s, beside torch SDPA on contiguous K/V and the
 reference. Prefill (T new tokens, optional cached prefix) is timed eagerly: TFLOP/s against 728, beside
 torch SDPA (flash backend) on contiguous K/V. ``--sweep`` tries tile configs and prints the best as JSON
-for ``configs/attention.json``.
+for ``configs/attention.json``. ``--fused`` times the decode with the split partitions merged by a reduce
+launch (fused=0) and by the split kernel's last program (fused=1: the config's ``fused_reduce``) only.
 """
 
 from __future__ import annotations
@@ -136,6 +137,7 @@ def bench_decode(
         op="decode",
         B=batch,
         ctx=ctx,
+        fused=int(config.get("fused_reduce", False)),
         us=ms * 1e3,
         GBps=io_bytes / ms / 1e6,
         pct_hbm=100 * io_bytes / (ms * 1e-3) / HBM,
@@ -231,6 +233,21 @@ def run(reference: bool = True) -> list[dict]:
     return rows
 
 
+def compare_fused(rep: int = 20) -> list[dict]:
+    """Decode with the reduce launch and with the last-program merge, pair by pair (the fused row's
+    ``pct_of_unfused``: its time in % of the other's), at contexts that split (ctx > SINGLE_PASS_CTX)."""
+    rows = []
+    for batch in (1, 8, 32, 64):
+        for ctx in (512, 1024, 4096, 8192):
+            pair = [
+                bench_decode(batch, ctx, reference=False, baseline=False, rep=rep, fused_reduce=fused)
+                for fused in (False, True)
+            ]
+            pair[1]["pct_of_unfused"] = 100 * pair[1]["us"] / pair[0]["us"]
+            rows += pair
+    return rows
+
+
 DECODE_TILES = [(32, 4, 2), (32, 4, 3), (64, 4, 2), (64, 4, 3), (64, 8, 2), (128, 8, 2), (16, 4, 4)]
 PREFILL_TILES = [
     (64, 64, 4, 2),
@@ -316,8 +333,12 @@ def format_rows(rows: list[dict]) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--sweep", action="store_true", help="try tile configs and print the best")
+    parser.add_argument("--fused", action="store_true", help="only the decode's fused_reduce A/B")
     parser.add_argument("--no-reference", action="store_true")
     args = parser.parse_args()
+    if args.fused:
+        print(format_rows(compare_fused()))
+        return
     if args.sweep:
         sweep()
     print(format_rows(run(reference=not args.no_reference)))

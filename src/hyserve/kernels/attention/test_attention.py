@@ -15,6 +15,7 @@ from hyserve.kernels.attention.reference import paged_attention_reference, store
 from hyserve.kernels.attention.triton_decode import paged_decode
 from hyserve.kernels.attention.triton_prefill import paged_prefill
 from hyserve.kernels.attention.triton_store_kv import store_kv_triton
+from hyserve.kernels.tickets import ticket_counters
 
 CUDA = torch.cuda.is_available()
 DEVICE = "cuda" if CUDA else "cpu"
@@ -133,6 +134,37 @@ def test_decode_kernel(case, splits):
     assert _rel(out, ref) < TOL[dtype]
 
 
+# decode batches of 1 and 7 sequences: one key (the other partitions empty), many partitions, and padding rows
+# (context 0: every partition empty) beside contexts that end mid-tile, on a tile edge and one past it
+FUSED_CTX = [[1], [70], [0, 5, 70, 3, 64, 16, 129]]
+# fused vs two kernels: the merge order's fp32 rounding, then out's (an fp16 ulp here and there)
+MERGE_TOL = {torch.float32: 1e-6, torch.float16: 1e-3}
+
+
+@pytest.mark.parametrize("case", CPU_CASES)
+@pytest.mark.parametrize("ctx", FUSED_CTX)
+@pytest.mark.parametrize("splits", [2, 5])
+def test_decode_fused_reduce(case, ctx, splits):
+    """The last-program merge gives the reduce kernel's result, leaves its ticket counters at zero (a CUDA-graph
+    replay starts from them) and repeats exactly."""
+    hq, hkv, d, page, dtype = case
+    b = Batch(ctx, [1] * len(ctx), hq, hkv, d, page, dtype=dtype, gate=splits == 2)
+    ref = paged_attention_reference(*b.args(), gate=b.gate)
+    # fused first: its partial buffers must not be the freed ones of an identical two-kernel call, where a merge
+    # reading a partition no program of its own launch wrote would still find the right values
+    run = dict(out=b.poisoned_out(), num_splits=splits, block_n=16, fused_reduce=True)
+    out = paged_decode(*b.args(), b.gate, max(ctx), **run)
+    two = paged_decode(*b.args(), b.gate, max(ctx), out=b.poisoned_out(), num_splits=splits, block_n=16)
+    assert not out.isnan().any()
+    assert _rel(out, ref) < TOL[dtype]
+    assert _rel(out, two) < MERGE_TOL[dtype]
+    empty = b.seq_lens == 0
+    assert torch.equal(out[empty], torch.zeros_like(out[empty]))
+    assert not ticket_counters("paged_decode", b.q.device, len(ctx) * hkv).any()
+    again = paged_decode(*b.args(), b.gate, max(ctx), **{**run, "out": b.poisoned_out()})
+    assert torch.equal(again, out)
+
+
 @pytest.mark.parametrize("case", CPU_CASES)
 def test_prefill_kernel(case):
     hq, hkv, d, page, dtype = case
@@ -195,20 +227,41 @@ def test_dispatch(monkeypatch):
     assert not attn._triton_ok(b.q, b.k_cache, b.v_cache)
 
 
+def test_dispatch_fused_reduce(monkeypatch):
+    """The decode config's keys reach paged_decode: "fused_reduce" (off in configs/attention.json) with splits;
+    the fused launch is the one that allocates the ticket counters."""
+    import hyserve.kernels.attention as attn
+    from hyserve.kernels import tickets
+
+    monkeypatch.setenv("HYSERVE_KERNELS", "triton")
+    monkeypatch.setattr(tickets, "_COUNTERS", {})
+    assert attn.launch_config("decode", 32)["fused_reduce"] is False
+    config = attn._configs()["decode"]
+    monkeypatch.setitem(
+        config, "32", {**config["default"], "block_n": 16, "num_splits": 3, "fused_reduce": True}
+    )
+    b = Batch(*DECODE, 4, 2, 32, 16)
+    ref = paged_attention_reference(*b.args(), gate=b.gate)
+    assert _rel(attn.paged_attention(*b.args(), gate=b.gate), ref) < 1e-5
+    counters = tickets._COUNTERS[("paged_decode", str(b.q.device))]
+    assert counters.numel() >= len(DECODE[0]) * 2 and not counters.any()
+
+
 # ---- real shapes, GPU only -------------------------------------------------------------------------------
 
 
 @gpu_only
+@pytest.mark.parametrize("fused", [False, True])
 @pytest.mark.parametrize("page", [16, 64, 256])
 @pytest.mark.parametrize("batch", [1, 7, 32])
-def test_decode_real_shapes(page, batch):
+def test_decode_real_shapes(page, batch, fused):
     gen = torch.Generator().manual_seed(batch)
     ctx = torch.randint(1, 8193, (batch,), generator=gen).tolist()
     ctx[0] = 8192
     b = Batch(ctx, [1] * batch, 16, 2, 256, page, dtype=torch.bfloat16, seed=batch)
     ref = paged_attention_reference(*b.args(), gate=b.gate)
     for max_len in (None, 8192):
-        out = paged_decode(*b.args(), b.gate, max_len, out=b.poisoned_out())
+        out = paged_decode(*b.args(), b.gate, max_len, out=b.poisoned_out(), fused_reduce=fused)
         assert not out.isnan().any()
         assert _rel(out, ref) < TOL[torch.bfloat16]
 

@@ -14,7 +14,10 @@ Online softmax in fp32 (base 2, the scale pre-multiplied by log2(e)).
 
 num_splits == 1 (SINGLE): the program normalises, applies the sigmoid gate and writes ``out`` (one pass).
 num_splits > 1: it writes its normalised partial output [N, Hq, S, D] fp32 and log2-sum-exp [N, Hq, S];
-the reduce kernel (grid (N, Hq)) merges the non-empty partitions and applies the gate.
+the reduce kernel (grid (N, Hq)) merges the non-empty partitions and applies the gate. With FUSED_REDUCE
+there is no reduce launch: each program then draws a ticket of its (sequence, KV head)'s counter
+(kernels/tickets.py) and the one that draws the last merges the partitions of its G heads, applies the
+gate and resets the counter (docs/kernels.md, last-program reductions).
 """
 
 from __future__ import annotations
@@ -24,6 +27,82 @@ import triton
 import triton.language as tl
 
 from hyserve.kernels.pdl import launch_options, wait_for_previous
+from hyserve.kernels.tickets import ticket_counters
+
+
+@triton.jit
+def _gate_store(
+    o,
+    gate_ptr,
+    out_ptr,
+    tok,
+    heads,
+    offs_d,
+    mask,
+    stride_gt,
+    stride_gh,
+    stride_gd,
+    stride_ot,
+    stride_oh,
+    HAS_GATE: tl.constexpr,
+):
+    """out[tok, heads] = o * sigmoid(gate[tok, heads]) (o [G_PAD, BLOCK_D] fp32; without HAS_GATE, o)."""
+    if HAS_GATE:
+        g = tl.load(
+            gate_ptr + tok * stride_gt + heads[:, None] * stride_gh + offs_d[None, :] * stride_gd,
+            mask=mask,
+            other=0.0,
+        ).to(tl.float32)
+        o = o / (1.0 + tl.exp(-g))
+    tl.store(
+        out_ptr + tok * stride_ot + heads[:, None] * stride_oh + offs_d[None, :],
+        o.to(out_ptr.dtype.element_ty),
+        mask=mask,
+    )
+
+
+@triton.jit
+def _merge_partitions(
+    part_o_ptr,
+    part_lse_ptr,
+    rows,
+    mask_g,
+    offs_d,
+    mask_d,
+    used,
+    D: tl.constexpr,
+    G_PAD: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+    CHUNK: tl.constexpr,
+):
+    """The softmax-weighted mean [G_PAD, BLOCK_D] fp32 of partitions 0..used-1 of G_PAD heads, whose partition 0
+    sits at rows [G_PAD] of [N, Hq, S]: an online merge (running max, sum and weighted sum, base 2), one
+    [G_PAD, BLOCK_D] partial at a time, elementwise (no reduction, no layout change). The loop body is unrolled
+    over CHUNK partitions so that their loads (.cg: other programs wrote them) are in flight together."""
+    m = tl.full([G_PAD], float("-inf"), tl.float32)
+    den = tl.zeros([G_PAD], tl.float32)
+    acc = tl.zeros([G_PAD, BLOCK_D], tl.float32)
+    for s0 in range(0, used, CHUNK):
+        for c in tl.static_range(CHUNK):
+            # the partition index as a [G_PAD] tensor: the interpreter mis-types a scalar bool & [G_PAD] mask
+            s = tl.full([G_PAD], s0 + c, tl.int32)
+            idx = rows + s
+            ok = mask_g & (s < used)
+            lse = tl.load(part_lse_ptr + idx, mask=ok, other=float("-inf"), cache_modifier=".cg")
+            o = tl.load(
+                part_o_ptr + idx[:, None] * D + offs_d[None, :],
+                mask=ok[:, None] & mask_d[None, :],
+                other=0.0,
+                cache_modifier=".cg",
+            )
+            m_new = tl.maximum(m, lse)
+            m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)  # padding heads, chunk tail: weight 0
+            alpha = tl.exp2(m - m_safe)
+            w = tl.exp2(lse - m_safe)
+            den = den * alpha + w
+            acc = acc * alpha[:, None] + o * w[:, None]
+            m = m_new
+    return acc / tl.where(den > 0.0, den, 1.0)[:, None]
 
 
 @triton.jit
@@ -38,6 +117,7 @@ def _paged_decode_split_kernel(
     out_ptr,
     part_o_ptr,
     part_lse_ptr,
+    counter_ptr,
     qk_scale,
     stride_qt,
     stride_qh,
@@ -61,6 +141,8 @@ def _paged_decode_split_kernel(
     BLOCK_N: tl.constexpr,
     PAGE: tl.constexpr,
     SINGLE: tl.constexpr,
+    FUSED_REDUCE: tl.constexpr,
+    MERGE_CHUNK: tl.constexpr,
     HAS_GATE: tl.constexpr,
     DOT_PREC: tl.constexpr,
     USE_PDL: tl.constexpr,
@@ -128,23 +210,26 @@ def _paged_decode_split_kernel(
     o = acc / tl.where(nonempty, l_i, 1.0)[:, None]
     out_mask = mask_g[:, None] & mask_d[None, :]
     if SINGLE:
-        if HAS_GATE:
-            g = tl.load(
-                gate_ptr + tok * stride_gt + heads[:, None] * stride_gh + offs_d[None, :] * stride_gd,
-                mask=out_mask,
-                other=0.0,
-            ).to(tl.float32)
-            o = o / (1.0 + tl.exp(-g))
-        tl.store(
-            out_ptr + tok * stride_ot + heads[:, None] * stride_oh + offs_d[None, :],
-            o.to(out_ptr.dtype.element_ty),
-            mask=out_mask,
-        )
+        _gate_store(o, gate_ptr, out_ptr, tok, heads, offs_d, out_mask, stride_gt, stride_gh, stride_gd,
+                    stride_ot, stride_oh, HAS_GATE)  # fmt: skip
     else:
         lse = tl.where(nonempty, m_i + tl.log2(tl.where(nonempty, l_i, 1.0)), float("-inf"))
-        row = (seq * (G * tl.num_programs(1)) + heads) * num_splits + split  # [N, Hq, S] index
-        tl.store(part_lse_ptr + row, lse, mask=mask_g)
-        tl.store(part_o_ptr + row[:, None] * D + offs_d[None, :], o, mask=out_mask)
+        rows = (seq * (G * tl.num_programs(1)) + heads) * num_splits  # [G_PAD] partition 0's [N, Hq, S] index
+        tl.store(part_lse_ptr + rows + split, lse, mask=mask_g)
+        tl.store(part_o_ptr + (rows + split)[:, None] * D + offs_d[None, :], o, mask=out_mask)
+        if FUSED_REDUCE:
+            # every program draws a ticket, empty partitions included, so the count always reaches num_splits;
+            # the barrier puts all of this program's stores before the release
+            counter = counter_ptr + seq * tl.num_programs(1) + kvh
+            tl.debug_barrier()
+            ticket = tl.atomic_add(counter, 1, sem="acq_rel", scope="gpu")
+            if ticket == num_splits - 1:
+                used = tl.cdiv(ctx, tl.maximum(part, 1))  # as in the reduce kernel (0 for an empty context)
+                o = _merge_partitions(part_o_ptr, part_lse_ptr, rows, mask_g, offs_d, mask_d, used, D, G_PAD,
+                                      BLOCK_D, MERGE_CHUNK)  # fmt: skip
+                _gate_store(o, gate_ptr, out_ptr, tok, heads, offs_d, out_mask, stride_gt, stride_gh, stride_gd,
+                            stride_ot, stride_oh, HAS_GATE)  # fmt: skip
+                tl.store(counter, 0)  # every ticket of this launch is drawn: the next launch starts from 0
 
 
 @triton.jit
@@ -206,6 +291,10 @@ LOG2E = 1.4426950408889634
 SINGLE_PASS_CTX = 256  # contexts up to this many keys never split
 MIN_SPLIT_TOKENS = 128  # a partition should hold at least this many keys at the maximum context
 MAX_SPLITS = 64
+# partitions whose [G_PAD, BLOCK_D] fp32 partials the fused merge has in flight at once: at the model's shapes
+# (sm_90, Triton 3.6) ptxas issues all 4 partitions' loads before their math and the kernel stays within the
+# unfused split kernel's registers (224 against 228: the same occupancy); at 8 it no longer hoists them all
+MERGE_CHUNK = 4
 _SM_COUNT: dict[int, int] = {}
 
 
@@ -255,10 +344,14 @@ def paged_decode(
     num_warps: int = 4,
     num_stages: int = 2,
     waves: float = 4.0,
+    fused_reduce: bool = False,
 ) -> torch.Tensor:
     """One query token per sequence (q [N, Hq, D]); returns ``out`` [N, Hq, D]. No host reads of device data.
 
     The grid is sized from ``max_seq_len`` when given, else from ``block_tables.shape[1] * block_size``.
+    ``fused_reduce``: with num_splits > 1, the split kernel's last program per (sequence, KV head) merges the
+    partitions instead of a reduce launch. Its ticket counters (kernels/tickets.py) grow only outside CUDA-graph
+    capture: run each batch size (with the capture's split count) eagerly first, as the engine does.
     """
     num_tokens, num_heads, head_dim = q.shape
     num_seqs = seq_lens.shape[0]
@@ -275,13 +368,16 @@ def paged_decode(
     dot_prec = "ieee" if q.dtype == torch.float32 else "tf32"
     sg = gate_strides(gate, num_heads, head_dim)
     gate_arg = gate if gate is not None else q
+    fused = fused_reduce and splits > 1
     if splits == 1:
         part_o = part_lse = out  # unused
     else:
         part_o = torch.empty((num_seqs, num_heads, splits, head_dim), dtype=torch.float32, device=q.device)
         part_lse = torch.empty((num_seqs, num_heads, splits), dtype=torch.float32, device=q.device)
+    # [N * Hkv] int32, one per (sequence, KV head); unfused, any int32 tensor (unused)
+    counters = ticket_counters("paged_decode", q.device, num_seqs * num_kv_heads) if fused else seq_lens
     _paged_decode_split_kernel[(num_seqs, num_kv_heads, splits)](
-        q, k_cache, v_cache, block_tables, seq_lens, cu_seqlens_q, gate_arg, out, part_o, part_lse,
+        q, k_cache, v_cache, block_tables, seq_lens, cu_seqlens_q, gate_arg, out, part_o, part_lse, counters,
         scale * LOG2E,
         q.stride(0), q.stride(1),
         k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
@@ -290,10 +386,11 @@ def paged_decode(
         *sg,
         out.stride(0), out.stride(1), splits,
         G=group, G_PAD=g_pad, D=head_dim, BLOCK_D=block_d, BLOCK_N=block_n, PAGE=page,
-        SINGLE=splits == 1, HAS_GATE=gate is not None, DOT_PREC=dot_prec,
+        SINGLE=splits == 1, FUSED_REDUCE=fused, MERGE_CHUNK=MERGE_CHUNK,
+        HAS_GATE=gate is not None, DOT_PREC=dot_prec,
         num_warps=num_warps, num_stages=num_stages, **launch_options(q),
     )  # fmt: skip
-    if splits > 1:
+    if splits > 1 and not fused:
         s_pad = triton.next_power_of_2(splits)
         _paged_decode_reduce_kernel[(num_seqs, num_heads)](
             part_o, part_lse, seq_lens, cu_seqlens_q, gate_arg, out,
