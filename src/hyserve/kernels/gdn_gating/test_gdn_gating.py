@@ -47,11 +47,11 @@ def test_triton_matches_reference(tokens, heads, dtype):
 
 
 def test_dispatch_with_model_dtype_params(monkeypatch):
-    import hyserve.kernels.gdn_gating as op
+    from hyserve.kernels.gdn_gating import gdn_gating  # the package's attribute of that name is the op
 
     a, b, A_log, dt_bias = _inputs(7, 32, torch.float16, torch.float16)
     monkeypatch.setenv("HYSERVE_KERNELS", "triton")
-    g, beta = op.gdn_gating(a, b, A_log, dt_bias)
+    g, beta = gdn_gating(a, b, A_log, dt_bias)
     g_ref, beta_ref = gdn_gating_reference(a, b, A_log, dt_bias)
     torch.testing.assert_close(g, g_ref, rtol=2e-5, atol=1e-6)
     torch.testing.assert_close(beta, beta_ref, rtol=1e-3, atol=0)
