@@ -161,6 +161,9 @@ class AsyncEngine:
         for request_id, token_ids in zip(ids, prompts):
             self._groups[request_id] = group
             self._commands.put(_Add(request_id, token_ids, params, arrival_time))
+        # hand the GIL over: the woken engine thread launches the step now instead of when the event loop
+        # next blocks (after the response's headers etc.: ~0.2-0.3 ms of the time to first token, dev CPU)
+        time.sleep(0)
         return group
 
     def abort(self, group: RequestGroup) -> None:
