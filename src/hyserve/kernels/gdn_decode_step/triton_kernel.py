@@ -38,6 +38,7 @@ import torch
 import triton
 import triton.language as tl
 
+from hyserve.kernels.gdn_gating.triton_kernel import softplus
 from hyserve.kernels.pdl import launch_options, wait_for_previous
 from hyserve.kernels.tickets import ticket_counters
 
@@ -195,8 +196,7 @@ def _gdn_decode_step_kernel(
         a_raw = tl.load(a_ptr + b64 * stride_ab + i_hv)
         b_raw = tl.load(b_ptr + b64 * stride_bb + i_hv)
     a = a_raw.to(tl.float32) + dtb
-    softplus = tl.where(a > 20.0, a, tl.where(a < -15.0, tl.exp(a), tl.log(1.0 + tl.exp(a))))
-    g = -tl.exp(a_log) * softplus
+    g = -tl.exp(a_log) * softplus(a)
     beta = tl.sigmoid(b_raw.to(tl.float32)).to(b_raw.dtype).to(tl.float32)
 
     if not EARLY_STATE:  # big tiles: keep the conv's registers and the tile's apart

@@ -3,7 +3,7 @@ mul, sigmoid; ~16 us a layer at any prompt length on the H200, launch-bound).
 
 Shapes: a, b [T, HV] with any token stride and unit head stride (the views of in_proj's output);
 A_log, dt_bias [HV]; out g [T, HV] fp32, beta [T, HV] in b's dtype. Grid: (cdiv(T, BLOCK_T),); a program
-takes BLOCK_T tokens x all heads. fp32 math; softplus as torch's (threshold 20, log1p).
+takes BLOCK_T tokens x all heads. fp32 math; ``softplus`` as torch's (threshold 20, log1p).
 """
 
 from __future__ import annotations
@@ -11,6 +11,17 @@ from __future__ import annotations
 import torch
 import triton
 import triton.language as tl
+
+
+@triton.jit
+def softplus(x):
+    """torch's softplus (threshold 20) of fp32 x: max(x, 0) + log1p(exp(-|x|)), with log1p(e) as
+    log(u) * e / (u - 1) for u = 1 + e rounded: exact to fp32 rounding where log(1 + e) alone loses e's low bits
+    (2e-4 relative near x = -10). Shared with the DeltaNet decode step."""
+    e = tl.exp(-tl.abs(x))
+    u = 1.0 + e
+    log1p = tl.where(u == 1.0, e, tl.log(u) * e / tl.where(u == 1.0, 1.0, u - 1.0))
+    return tl.where(x > 20.0, x, tl.maximum(x, 0.0) + log1p)
 
 
 @triton.jit
@@ -36,15 +47,8 @@ def _gdn_gating_kernel(
     dt_bias = tl.load(dt_bias_ptr + heads, mask=hmask, other=0.0).to(tl.float32)
     a = tl.load(a_ptr + rows[:, None] * stride_a + heads[None, :], mask=mask, other=0.0).to(tl.float32)
     b = tl.load(b_ptr + rows[:, None] * stride_b + heads[None, :], mask=mask, other=0.0).to(tl.float32)
-    x = a + dt_bias[None, :]
-    # softplus = max(x, 0) + log1p(exp(-|x|)); log1p(e) as log(u) * e / (u - 1) with u = 1 + e rounded, exact
-    # to fp32 rounding where log(1 + e) alone loses e's low bits (x ~ -10: 2e-4 relative)
-    e = tl.exp(-tl.abs(x))
-    u = 1.0 + e
-    log1p = tl.where(u == 1.0, e, tl.log(u) * e / tl.where(u == 1.0, 1.0, u - 1.0))
-    softplus = tl.where(x > 20.0, x, tl.maximum(x, 0.0) + log1p)
-    g = -tl.exp(a_log)[None, :] * softplus
-    beta = 1.0 / (1.0 + tl.exp(-b))
+    g = -tl.exp(a_log)[None, :] * softplus(a + dt_bias[None, :])
+    beta = tl.sigmoid(b)
     out = rows[:, None] * HV + heads[None, :]
     tl.store(g_ptr + out, g, mask=mask)
     tl.store(beta_ptr + out, beta.to(beta_ptr.dtype.element_ty), mask=mask)
