@@ -89,7 +89,8 @@ def test_dispatch(monkeypatch):
 def _store_inputs(t, hq, hk, d, rot, page, dtype, strided_cache=False, seed=0):
     """q, k, v as the model's views of one qkv projection [T, Hq*2d + 2*Hk*d] (q: the first d of each
     [query | gate] head), NaN-filled caches [num_blocks, page, Hk, d] (contiguous, or strided views), and
-    distinct slots with every third token's negative (from the second on: a single token is stored)."""
+    distinct slots with every third token's negative (from the second on: a single token is stored). With
+    ``strided_cache`` v also comes from a separate buffer, so no stride of k and v coincides."""
     gen = torch.Generator().manual_seed(seed)
     proj = (2 * torch.randn(t, hq * 2 * d + 2 * hk * d, generator=gen)).to(dtype).to(DEVICE)
     q_gate, k, v = proj.split([hq * 2 * d, hk * d, hk * d], dim=-1)
@@ -107,7 +108,10 @@ def _store_inputs(t, hq, hk, d, rot, page, dtype, strided_cache=False, seed=0):
         k_cache, v_cache = nan(num_blocks, page, hk, d), nan(num_blocks, page, hk, d)
     slots = torch.randperm(num_blocks * page, generator=gen)[:t]
     slots[1::3] = -1
-    args = (q, k.view(t, hk, d), v.view(t, hk, d), qw, kw, 1e-6, cos, sin, positions, rot)
+    v = v.view(t, hk, d)
+    if strided_cache:  # v from a buffer of its own: its token and head strides differ from k's
+        v = (2 * torch.randn(t, hk + 1, 3 * d, generator=gen)).to(dtype).to(DEVICE)[:, 1:, d : 2 * d]
+    args = (q, k.view(t, hk, d), v, qw, kw, 1e-6, cos, sin, positions, rot)
     return args, k_cache, v_cache, slots.to(DEVICE)
 
 
