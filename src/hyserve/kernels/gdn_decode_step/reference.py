@@ -1,11 +1,11 @@
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 
 from hyserve.kernels.causal_conv1d.reference import causal_conv1d_decode_reference
 from hyserve.kernels.gated_delta_rule.reference import gated_delta_rule_decode_reference
 from hyserve.kernels.gated_rmsnorm.reference import gated_rms_norm_reference
+from hyserve.kernels.gdn_gating.reference import gdn_gating_reference
 
 
 def gdn_decode_step_reference(
@@ -37,7 +37,6 @@ def gdn_decode_step_reference(
     q = q.reshape(batch, key_dim // head_k, head_k)
     k = k.reshape(batch, key_dim // head_k, head_k)
     v = v.reshape(batch, num_v_heads, head_v)
-    beta = b.sigmoid()
-    g = -A_log.float().exp() * F.softplus(a.float() + dt_bias)
+    g, beta = gdn_gating_reference(a, b, A_log, dt_bias)
     o = gated_delta_rule_decode_reference(q, k, v, g, beta, ssm_state, state_indices)
     return gated_rms_norm_reference(o, z, norm_weight, eps)
