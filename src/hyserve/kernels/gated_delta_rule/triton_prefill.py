@@ -43,8 +43,11 @@ CHUNK = 64
 # Tile configs (data, picked here by the wrapper): BV of the state / output kernels, warps, stages.
 _CONFIGS = {
     "fused_output": True,  # _state_output_kernel (2 launches) instead of _state_kernel + _output_kernel (3)
-    "prepare": {"num_warps": 8},
-    "state_output": {"BV": 32, "num_warps": 4, "num_stages": 2},
+    # 4 warps: 255 registers a thread fit two programs an SM (8 warps took 204 a thread: one), which halves the
+    # waves of this latency-bound solve; 3 stages prefetch the state loop's next chunk one tile deeper
+    # (`bench --sweep` on the H200, 2026-12-03: T=1024 125.7 -> 82.7 us, then 2 -> 3 stages 125.7 -> 112.0)
+    "prepare": {"num_warps": 4},
+    "state_output": {"BV": 32, "num_warps": 4, "num_stages": 3},
     "state": {"BV": 32, "num_warps": 4, "num_stages": 2},
     "output": {"BV": 64, "num_warps": 4},
 }
