@@ -7,7 +7,11 @@ SSE line. Prints the median of each mark over ``--requests`` requests. The simul
 the eager way (``runner.prepare``, ~1.4 ms at 1024 tokens here); on a GPU a lone prompt takes the prefill graph's
 staging instead (~0.05 ms), so marks 3-4 overstate the host's step there.
 
-usage: python scripts/host_ttft_timeline.py [--prompt-len 1024] [--requests 80]
+With ``--model`` (a model folder; dummy weights) the same marks come from the real engine on its device
+(the GPU where there is one: the step is then the real prefill, a graph replay for a lone prompt), which
+splits the HTTP part of the time to first token on the H200 into the same stages.
+
+usage: python scripts/host_ttft_timeline.py [--prompt-len 1024] [--requests 80] [--model DIR]
 """
 
 from __future__ import annotations
@@ -79,12 +83,18 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--prompt-len", type=int, default=1024)
     parser.add_argument("--requests", type=int, default=80)
+    parser.add_argument("--model", help="a model folder: the real engine on its device (dummy weights)")
     ns = parser.parse_args()
     vocab, max_len = 248320, 8192
-    args = EngineArgs(model=str(_model_dir(vocab, max_len)), device="cpu", load_format="dummy", max_num_seqs=48,
-                      max_model_len=max_len, progress=False)  # fmt: skip
-    engine = LLMEngine(args)
-    engine.runner.launch = SimDevice(engine, 0.001, 0.001, 0.0).launch
+    if ns.model:
+        args = EngineArgs(model=ns.model, load_format="dummy", max_num_seqs=48, max_model_len=max_len,
+                          gpu_memory_utilization=0.95, progress=False)  # fmt: skip
+        engine = LLMEngine(args)
+    else:
+        args = EngineArgs(model=str(_model_dir(vocab, max_len)), device="cpu", load_format="dummy",
+                          max_num_seqs=48, max_model_len=max_len, progress=False)  # fmt: skip
+        engine = LLMEngine(args)
+        engine.runner.launch = SimDevice(engine, 0.001, 0.001, 0.0).launch
     app = build_app(engine, ServerConfig(served_model_names=("sim",), access_log=False))
     _mark(ae.AsyncEngine, "add", "1 handler's add()")
     _mark(ae.AsyncEngine, "_handle", "2 engine thread takes it")
