@@ -26,8 +26,8 @@ Three implementations of the grouping, same outputs:
   row in one program (at T = 32 the single program took ~25 us on the H200; top-k over tokens + one
   grouping program 4 + 10 us).
 - large T: ``_route_kernel`` (grid cdiv(T, BT): top-k + per-token-block histogram [NTB, EP]),
-  ``_align_scan_kernel`` (one program: per-expert totals, each token block's base offset per expert,
-  the block list) and ``_align_scatter_kernel`` (grid NTB: each pair lands at base[tb, expert] + its
+  ``_align_scan_kernel`` (grid over chunks of token blocks: per-expert totals, each token block's base
+  offset per expert; program 0 the block list) and ``_align_scatter_kernel`` (grid NTB: each pair lands at base[tb, expert] + its
   rank in the token block's expert-sorted order). Deterministic; no atomics anywhere.
 """
 
@@ -583,27 +583,32 @@ def _align_scan_kernel(
     HAS_SHARED: tl.constexpr,
     USE_PDL: tl.constexpr,
 ):
-    """Grid (1,): base[tb, e] = first row of expert e's pairs from token block tb, minus the index its
-    first pair has in the token block's own expert-sorted order; then the block list."""
+    """Grid (cdiv(NTB, CT),): program p owns token blocks [p*CT, (p+1)*CT). base[tb, e] = first row of expert
+    e's pairs from token block tb, minus the index its first pair has in the token block's own expert-sorted
+    order. Every program sums all the counts (the per-expert totals, and separately the token blocks before
+    its own), so no program waits for another and only its own CT rows take the two scans; program 0 also
+    writes the block list."""
     wait_for_previous(USE_PDL)
+    c0 = tl.program_id(0) * CT
     cols = tl.arange(0, EP)
     ct = tl.arange(0, CT)
     total = tl.zeros((EP,), dtype=tl.int32)
-    for c0 in range(0, NTB, CT):
-        r = c0 + ct
-        tile = tl.load(counts_ptr + r[:, None] * EP + cols[None, :], mask=(r < NTB)[:, None], other=0)
-        total += tl.sum(tile, axis=0)
-    running = tl.cumsum(total, axis=0) - total
-    for c0 in range(0, NTB, CT):
-        r = c0 + ct
-        rm = (r < NTB)[:, None]
-        tile = tl.load(counts_ptr + r[:, None] * EP + cols[None, :], mask=rm, other=0)
-        before = tl.cumsum(tile, axis=0) - tile  # earlier token blocks of this chunk
-        local = tl.cumsum(tile, axis=1) - tile  # start of expert e in the token block's sorted order
-        tl.store(base_ptr + r[:, None] * EP + cols[None, :], running[None, :] + before - local, mask=rm)
-        running += tl.sum(tile, axis=0)
-    max_nb = tl.max((total + BLOCK_M - 1) // BLOCK_M, axis=0)
-    _write_blocks(meta_ptr, total, cols, E, T, T * K, MAXB, max_nb, BLOCK_M, HAS_SHARED)
+    pre = tl.zeros((EP,), dtype=tl.int32)  # pairs per expert from the token blocks before c0
+    for r0 in range(0, NTB, CT):  # CT-aligned tiles: a tile is wholly before c0 or not at all
+        r = r0 + ct
+        s = tl.sum(tl.load(counts_ptr + r[:, None] * EP + cols[None, :], mask=(r < NTB)[:, None], other=0), 0)
+        total += s
+        pre += tl.where(r0 < c0, s, 0)
+    r = c0 + ct
+    rm = (r < NTB)[:, None]
+    tile = tl.load(counts_ptr + r[:, None] * EP + cols[None, :], mask=rm, other=0)
+    running = tl.cumsum(total, axis=0) - total  # first row of each expert
+    before = pre[None, :] + tl.cumsum(tile, axis=0) - tile  # earlier token blocks
+    local = tl.cumsum(tile, axis=1) - tile  # start of expert e in the token block's sorted order
+    tl.store(base_ptr + r[:, None] * EP + cols[None, :], running[None, :] + before - local, mask=rm)
+    if c0 == 0:
+        max_nb = tl.max((total + BLOCK_M - 1) // BLOCK_M, axis=0)
+        _write_blocks(meta_ptr, total, cols, E, T, T * K, MAXB, max_nb, BLOCK_M, HAS_SHARED)
 
 
 @triton.jit
@@ -905,7 +910,7 @@ def _route_large(
     sorted_pairs: torch.Tensor,
     meta: torch.Tensor,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Top-k + per-token-block histograms, one scan program, then the scatter (three launches)."""
+    """Top-k + per-token-block histograms, the scan, then the scatter (three launches)."""
     T, E = logits.shape
     dev = logits.device
     EP = triton.next_power_of_2(E)
@@ -933,10 +938,10 @@ def _route_large(
         rnd,
         num_warps=4,
     )
-    CT = max(1, min(64, 8192 // EP))
+    CT = max(1, min(16, 4096 // EP))  # token blocks per scan program
     launch(
         _align_scan_kernel,
-        (1,),
+        (triton.cdiv(ntb, CT),),
         counts,
         base,
         meta,
@@ -949,7 +954,7 @@ def _route_large(
         CT,
         block_m,
         with_shared,
-        num_warps=8,
+        num_warps=4,
     )
     launch(_align_scatter_kernel, (ntb,), ids, base, sorted_pairs, T, top_k, KP, BT, EP, num_warps=4)
     return ids, w

@@ -187,8 +187,11 @@ def _expected_meta(ids: torch.Tensor, E: int, bm: int, with_shared: bool) -> lis
     return blocks
 
 
-@pytest.mark.parametrize("T", [1, 33, 100])
-@pytest.mark.parametrize("mode", ["small", "split", "large", "fused"])
+# ("large", 300): 19 token blocks of 16, two scan programs of 16 token blocks (one below 257 tokens at E = 8)
+ROUTING_CASES = [(T, mode) for T in (1, 33, 100) for mode in ("small", "split", "large", "fused")]
+
+
+@pytest.mark.parametrize("T,mode", [*ROUTING_CASES, (300, "large")])
 def test_routing_and_grouping(T: int, mode: str) -> None:
     from hyserve.kernels.moe import routing
 
