@@ -1,6 +1,6 @@
 """Micro-benchmark of the attention kernels at the model's shapes (Hq=16, Hkv=2, D=256, bf16, page 16).
 
-``python -m hyserve.kernels.attention.bench [--sweep | --fused]``. Decode (B x ctx) is timed inside a CUDA
+``python -m hyserve.kernels.attention.bench [--sweep | --sweep-prefill | --fused]``. Decode (B x ctx) is timed inside a CUDA
 graph (as the engine runs it): KV bytes / time against 4.0 TB/s, beside torch SDPA on contiguous K/V and the
 reference. Prefill (T new tokens, optional cached prefix) is timed eagerly: TFLOP/s against 728, beside
 torch SDPA (flash backend) on contiguous K/V. ``--sweep`` tries tile configs and prints the best as JSON
@@ -256,6 +256,9 @@ PREFILL_TILES = [
     (128, 64, 8, 2),
     (128, 32, 8, 2),
     (128, 32, 8, 3),
+    (64, 64, 8, 3),
+    (64, 32, 8, 3),
+    (128, 64, 8, 3),
 ]
 
 
@@ -271,8 +274,18 @@ def _best(results: dict[str, dict[str, float]]) -> tuple[str, dict[str, float]]:
     return name, score
 
 
-def sweep(log=print) -> dict:
-    """Time the tile configs on a few decode and prefill shapes; returns the best of each."""
+def sweep(log=print, decode: bool = True) -> dict:
+    """Time the tile configs on a few decode and prefill shapes; returns the best of each (``decode=False``:
+    the prefill's only)."""
+    best = {"prefill": sweep_prefill(log)}
+    if decode:
+        best["decode"] = sweep_decode(log)
+    log('best configs for configs/attention.json (key "256"): ' + json.dumps(best))
+    return best
+
+
+def sweep_decode(log=print) -> dict:
+    """The decode tile config of the fewest total microseconds over a few (batch, context) shapes."""
     decode_cases = [(1, 4096), (8, 1024), (32, 1536), (32, 4096), (64, 1024)]
     results: dict[str, dict[str, float]] = {}
     configs: dict[str, dict] = {}
@@ -291,17 +304,21 @@ def sweep(log=print) -> dict:
     name, score = _best(results)
     for n in sorted(results, key=score.get)[:5]:
         log(f"decode {n}: {' '.join(f'{k}={v:.1f}us' for k, v in results[n].items())} (x{score[n]:.3f})")
-    best = {"decode": configs[name]}
+    best = configs[name]
     # short contexts: is one pass (no reduce kernel) really faster than a few partitions?
     for b, c in ((1, 256), (1, 512), (8, 256), (32, 256)):
         times = {
-            s: bench_decode(b, c, reference=False, baseline=False, rep=10, num_splits=s, **configs[name])[
+            s: bench_decode(b, c, reference=False, baseline=False, rep=10, num_splits=s, **best)[
                 "us"
             ]
             for s in (1, 2, 4, 8)
         }
         log(f"decode B={b} ctx={c} by num_splits: " + " ".join(f"{s}:{t:.1f}us" for s, t in times.items()))
+    return best
 
+
+def sweep_prefill(log=print) -> dict:
+    """The prefill tile config of the fewest total microseconds over fresh and prefixed prompts."""
     prefill_cases = [(1024, 0), (4096, 0), (512, 3584)]
     results, configs = {}, {}
     for bm, bn, nw, ns in PREFILL_TILES:
@@ -317,9 +334,7 @@ def sweep(log=print) -> dict:
     name, score = _best(results)
     for n in sorted(results, key=score.get)[:4]:
         log(f"prefill {n}: {' '.join(f'{k}={v:.1f}us' for k, v in results[n].items())} (x{score[n]:.3f})")
-    best["prefill"] = configs[name]
-    log('best configs for configs/attention.json (key "256"): ' + json.dumps(best))
-    return best
+    return configs[name]
 
 
 def format_rows(rows: list[dict]) -> str:
@@ -333,14 +348,15 @@ def format_rows(rows: list[dict]) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--sweep", action="store_true", help="try tile configs and print the best")
+    parser.add_argument("--sweep-prefill", action="store_true", help="--sweep, the prefill tiles only")
     parser.add_argument("--fused", action="store_true", help="only the decode's fused_reduce A/B")
     parser.add_argument("--no-reference", action="store_true")
     args = parser.parse_args()
     if args.fused:
         print(format_rows(compare_fused()))
         return
-    if args.sweep:
-        sweep()
+    if args.sweep or args.sweep_prefill:
+        sweep(decode=not args.sweep_prefill)
     print(format_rows(run(reference=not args.no_reference)))
 
 
