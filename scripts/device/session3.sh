@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
-# One-off (2026-12-03, second session, call 3): the paged prefill attention's tiles (`attention.bench
+# One-off (2026-12-03, second session, call 3): the routing tests on the GPU, the paged prefill attention's tiles (`attention.bench
 # --sweep-prefill`, beside torch SDPA's flash backend), then the prefill by kernel with the best of them
 # written into configs/attention.json (on the device only). Carry .whl.
 set -u
 source "$(dirname "$0")/common.sh"
 W=$OUT
+TAILN=3 run routing_tests 40 python3 -m pytest -q -p no:cacheprovider src/hyserve/kernels/moe/test_moe.py -k routing_and_grouping
 TAILN=30 run attn 200 python3 -m hyserve.kernels.attention.bench --sweep-prefill --no-reference
 python3 - <<'PY'
 import json, os

@@ -579,26 +579,28 @@ def _align_scan_kernel(
     K: tl.constexpr,
     EP: tl.constexpr,
     CT: tl.constexpr,
+    RT: tl.constexpr,
     BLOCK_M: tl.constexpr,
     HAS_SHARED: tl.constexpr,
     USE_PDL: tl.constexpr,
 ):
     """Grid (cdiv(NTB, CT),): program p owns token blocks [p*CT, (p+1)*CT). base[tb, e] = first row of expert
     e's pairs from token block tb, minus the index its first pair has in the token block's own expert-sorted
-    order. Every program sums all the counts (the per-expert totals, and separately the token blocks before
-    its own), so no program waits for another and only its own CT rows take the two scans; program 0 also
-    writes the block list."""
+    order. Every program sums all the counts, RT token blocks a load (the per-expert totals, and separately
+    the token blocks before its own), so no program waits for another and only its own CT rows take the two
+    scans; program 0 also writes the block list."""
     wait_for_previous(USE_PDL)
     c0 = tl.program_id(0) * CT
     cols = tl.arange(0, EP)
     ct = tl.arange(0, CT)
+    rt = tl.arange(0, RT)
     total = tl.zeros((EP,), dtype=tl.int32)
     pre = tl.zeros((EP,), dtype=tl.int32)  # pairs per expert from the token blocks before c0
-    for r0 in range(0, NTB, CT):  # CT-aligned tiles: a tile is wholly before c0 or not at all
-        r = r0 + ct
-        s = tl.sum(tl.load(counts_ptr + r[:, None] * EP + cols[None, :], mask=(r < NTB)[:, None], other=0), 0)
-        total += s
-        pre += tl.where(r0 < c0, s, 0)
+    for r0 in range(0, NTB, RT):
+        r = r0 + rt
+        tile = tl.load(counts_ptr + r[:, None] * EP + cols[None, :], mask=(r < NTB)[:, None], other=0)
+        total += tl.sum(tile, 0)
+        pre += tl.sum(tl.where((r < c0)[:, None], tile, 0), 0)
     r = c0 + ct
     rm = (r < NTB)[:, None]
     tile = tl.load(counts_ptr + r[:, None] * EP + cols[None, :], mask=rm, other=0)
@@ -939,6 +941,7 @@ def _route_large(
         num_warps=4,
     )
     CT = max(1, min(16, 4096 // EP))  # token blocks per scan program
+    RT = max(1, min(64, 16384 // EP))  # token blocks per load of its pass over all the counts
     launch(
         _align_scan_kernel,
         (triton.cdiv(ntb, CT),),
@@ -952,9 +955,10 @@ def _route_large(
         top_k,
         EP,
         CT,
+        RT,
         block_m,
         with_shared,
-        num_warps=4,
+        num_warps=8,
     )
     launch(_align_scatter_kernel, (ntb,), ids, base, sorted_pairs, T, top_k, KP, BT, EP, num_warps=4)
     return ids, w
