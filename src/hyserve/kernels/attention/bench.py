@@ -308,9 +308,7 @@ def sweep_decode(log=print) -> dict:
     # short contexts: is one pass (no reduce kernel) really faster than a few partitions?
     for b, c in ((1, 256), (1, 512), (8, 256), (32, 256)):
         times = {
-            s: bench_decode(b, c, reference=False, baseline=False, rep=10, num_splits=s, **best)[
-                "us"
-            ]
+            s: bench_decode(b, c, reference=False, baseline=False, rep=10, num_splits=s, **best)["us"]
             for s in (1, 2, 4, 8)
         }
         log(f"decode B={b} ctx={c} by num_splits: " + " ".join(f"{s}:{t:.1f}us" for s, t in times.items()))
