@@ -89,11 +89,11 @@ def main() -> None:
     if ns.model:
         args = EngineArgs(model=ns.model, load_format="dummy", max_num_seqs=48, max_model_len=max_len,
                           gpu_memory_utilization=0.95, progress=False)  # fmt: skip
-        engine = LLMEngine(args)
     else:
         args = EngineArgs(model=str(_model_dir(vocab, max_len)), device="cpu", load_format="dummy",
                           max_num_seqs=48, max_model_len=max_len, progress=False)  # fmt: skip
-        engine = LLMEngine(args)
+    engine = LLMEngine(args)
+    if not ns.model:
         engine.runner.launch = SimDevice(engine, 0.001, 0.001, 0.0).launch
     app = build_app(engine, ServerConfig(served_model_names=("sim",), access_log=False))
     _mark(ae.AsyncEngine, "add", "1 handler's add()")

@@ -27,8 +27,8 @@ Three implementations of the grouping, same outputs:
   grouping program 4 + 10 us).
 - large T: ``_route_kernel`` (grid cdiv(T, BT): top-k + per-token-block histogram [NTB, EP]),
   ``_align_scan_kernel`` (grid over chunks of token blocks: per-expert totals, each token block's base
-  offset per expert; program 0 the block list) and ``_align_scatter_kernel`` (grid NTB: each pair lands at base[tb, expert] + its
-  rank in the token block's expert-sorted order). Deterministic; no atomics anywhere.
+  offset per expert; program 0 the block list) and ``_align_scatter_kernel`` (grid NTB: each pair lands
+  at base[tb, expert] + its rank in the token block's expert-sorted order). Deterministic; no atomics anywhere.
 """
 
 from __future__ import annotations
