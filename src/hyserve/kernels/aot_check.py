@@ -94,6 +94,19 @@ def main() -> None:
     sum_types = {"y_ptr": BF, "out_ptr": BF}
     build(triton_prefill._sum_kernel, sum_types, dict(K_TOP=8, HAS_SHARED=True, BLOCK_T=1, BLOCK_H=256,
           ADD_OUT=True, USE_PDL=True), 2, 1, label="scatter sum add_out=1")  # fmt: skip
+    down_types = {"h_ptr": BF, "w_ptr": BF, "sw_ptr": BF, "sorted_ptr": I32, "meta_ptr": I32, "y_ptr": BF,
+                  "cnt_ptr": I32, "out_ptr": BF}  # fmt: skip
+    for t in (
+        32,
+        1024,
+    ):  # the scatter down (c=32 decode, prefill) with the sum kernel, or the sum in its tail
+        dn = get_plan(t, 256, 2048, 512, 8, torch.bfloat16)
+        for fused in (False, True):
+            consts = dict(BLOCK_M=dn["block_m"], BLOCK_H=dn["down"]["BLOCK_H"], BLOCK_K=dn["down"]["BLOCK_K"],
+                          EVEN=True, DOT_PREC="tf32", FUSED_SUM=fused, K_TOP=8, HAS_SHARED=True, ADD_OUT=True,
+                          USE_PDL=True)  # fmt: skip
+            build(triton_prefill._down_kernel, down_types, consts, dn["down"].get("num_warps", 4),
+                  dn["down"].get("num_stages", 3), label=f"scatter down T={t} fused_sum={int(fused)}")  # fmt: skip
     red_types = {"h_ptr": BF, "w_ptr": BF, "sw_ptr": BF, "sorted_ptr": I32, "meta_ptr": I32, "out_ptr": BF}
     consts = dict(K_TOP=8, TP=16, BLOCK_M=16, BLOCK_H=64, BLOCK_K=128, NUM_K=4, EVEN=True, USE_DOT=True,
                   DOT_PREC="tf32", ADD_OUT=True, USE_PDL=True)  # fmt: skip

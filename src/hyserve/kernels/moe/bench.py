@@ -116,7 +116,12 @@ def stage_times(x: torch.Tensor, layer: dict, top_k: int) -> dict[str, float]:
     )
     down = down_reduce if plan["down_mode"] == "reduce" and T <= MAX_REDUCE_TOKENS else down_scatter_sum
     args = (h, layer["w_down"], layer["shared_down"], rt.sorted_pairs, rt.meta, rt.max_blocks, bm, T, top_k)
+    fused_sum = {}
+    if down is down_scatter_sum:  # the down kernel with the sum in its tail, against down + sum kernel
+        cfg = {**plan["down"], "fused_sum": not plan["down"].get("fused_sum", False)}
+        fused_sum["down_other_sum"] = time_ms(lambda: down(*args, cfg), False)
     return {
+        **fused_sum,
         "router": time_ms(lambda: F.linear(x, layer["gate_weight"]), False),
         "route": time_ms(lambda: route_and_align(logits, top_k, bm, True, x.dtype), False),
         "gate_up": time_ms(
@@ -301,9 +306,12 @@ def format_row(r: dict) -> str:
         + (f"{ref:>8.3f} {ref / r['ms']:>7.1f}x" if ref is not None else f"{'-':>8} {'-':>8}")
     )
     if "gate_up_ms" in r:
-        s += "   [router {router_ms:.4f} route {route_ms:.4f} gate_up {gate_up_ms:.4f} down {down_ms:.4f}]".format(
+        s += "   [router {router_ms:.4f} route {route_ms:.4f} gate_up {gate_up_ms:.4f} down {down_ms:.4f}".format(
             **r
         )
+        if "down_other_sum_ms" in r:  # the scatter down with the other sum (fused <-> sum kernel)
+            s += " down, other sum {down_other_sum_ms:.4f}".format(**r)
+        s += "]"
     return s
 
 

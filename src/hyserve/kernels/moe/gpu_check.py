@@ -4,7 +4,8 @@
    inputs) vs the reference for every path (auto plan, GEMV decode, decode with the multi-kernel
    grouping, prefill "scatter" at small T), NaN-poisoned outputs and workspaces; tokens whose
    reference top-k is tied at the k-th logit (bf16 logits tie often) are checked on routing only;
-2. routing ids/weights vs torch; bitwise determinism; CUDA-graph replay;
+2. the scatter down's fused sum (``check_fused_sum``; ``--fused-sum`` runs it alone); routing ids/weights vs
+   torch; bitwise determinism; CUDA-graph replay;
 3. the benchmark (``bench.py``) with the per-stage breakdown; the short table last.
 """
 
@@ -18,6 +19,42 @@ import torch
 import torch.nn.functional as F
 
 E, TOP_K, H, I = 256, 8, 2048, 512
+
+
+def check_fused_sum(
+    layer: dict, failures: list[str], tokens: tuple[int, ...] = (24, 300, 1024, 4096)
+) -> None:
+    """The scatter down's sum in its tail against its sum kernel: bit-identical outputs, graph replays equal,
+    the counters left at zero."""
+    from hyserve.kernels import tickets
+    from hyserve.kernels.moe import bench
+    from hyserve.kernels.moe.configs import fit_plan, get_plan
+    from hyserve.kernels.moe.triton_moe import fused_moe_triton
+
+    names = ("gate_weight", "w_gate_up", "w_down", "shared_gate_up", "shared_down", "shared_expert_gate")
+    w = [layer[n] for n in names]
+    print(
+        "the scatter down's fused sum against its sum kernel (bitwise, graph replay, counters left at zero):"
+    )
+    for T in tokens:
+        x = bench.make_x(T, H, seed=13)
+        p = get_plan(max(T, 16), E, H, I, TOP_K, torch.bfloat16)
+        p = fit_plan(dict(p, block_m=max(16, p["block_m"]), down_mode="scatter"), H, I)
+        outs = []
+        for fused in (False, True):
+            plan = dict(p, down={**p["down"], "fused_sum": fused})
+            outs.append(fused_moe_triton(x, *w[:3], TOP_K, *w[3:], plan=plan, force_large_routing=True))
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            c = fused_moe_triton(x, *w[:3], TOP_K, *w[3:], plan=plan, force_large_routing=True)
+        g.replay()
+        g.replay()
+        torch.cuda.synchronize()
+        zero = int(tickets.ticket_counters("moe down sum", x.device, 1).abs().sum()) == 0
+        same, replay = torch.equal(outs[0], outs[1]), torch.equal(outs[0], c)
+        print(f"  T={T:5d} equal={same} replay={replay} zeroed={zero} nan={bool(outs[1].isnan().any())}")
+        if not (same and replay and zero):
+            failures.append(f"fused sum T={T}")
 
 
 def main() -> int:
@@ -88,6 +125,8 @@ def main() -> int:
         )
         check(T, "prefill kernels at small T", p, force_large=True)
 
+    check_fused_sum(layer, failures)
+
     print("routing vs torch:")
     for T in (1, 64, 3000):
         x = bench.make_x(T, H, seed=3)
@@ -148,4 +187,10 @@ def main() -> int:
 
 
 if __name__ == "__main__":
+    if sys.argv[1:] == ["--fused-sum"]:
+        from hyserve.kernels.moe import bench
+
+        fails: list[str] = []
+        check_fused_sum(bench.make_layer(E, H, I), fails)
+        sys.exit(1 if fails else 0)
     sys.exit(main())

@@ -118,6 +118,13 @@ def small_plan(block_m: int, mode: str, E: int = 8, H: int = 48, I: int = 40) ->
     return fit_plan(p, H, I)
 
 
+def fused_sum_plan(block_h: int = 16) -> dict:
+    """The prefill path with the sum in the down kernel's tail, over several H-tiles (H = 48: three counters a
+    token)."""
+    plan = small_plan(16, "scatter")
+    return dict(plan, down={**plan["down"], "BLOCK_H": block_h, "fused_sum": True})
+
+
 def pairs_plan(fused_router: bool = False, H: int = 48, I: int = 40) -> dict:
     """The few-token path with tiles smaller than the small test dims (masked tails, several K loops)."""
     p = {
@@ -265,6 +272,7 @@ PATHS = {
     "decode_fused_router": lambda T: (dict(small_plan(16, "reduce"), fused_router=True), False),
     "gemv": lambda T: (small_plan(1 if T == 1 else 8, "reduce"), False),
     "prefill": lambda T: (small_plan(16, "scatter"), True),
+    "prefill_fused_sum": lambda T: (fused_sum_plan(), True),
     "pairs": lambda T: (pairs_plan(), False),
     "pairs_fused_router": lambda T: (pairs_plan(fused_router=True), False),
     "pairs_split_shared": lambda T: (dict(pairs_plan(fused_router=True), split_shared=True), False),
@@ -351,6 +359,26 @@ def test_triton_paths_with_norm_and_residual(T: int, path: str, monkeypatch) -> 
     want = fused_moe_reference(x, *args, top_k, *extra, norm_weight=norm_w, norm_eps=1e-6, residual=x.clone())
     assert got is residual and not got.isnan().any()
     assert max_rel_err(got - x, want - x) < 1e-5  # the MoE's part of the sum, to the reference's precision
+
+
+@pytest.mark.parametrize("shared", [True, False])
+def test_fused_sum_matches_the_sum_kernel(shared: bool) -> None:
+    """The down kernel's ticketed sum gives the sum kernel's output bit for bit (same fp32 order), with and
+    without the shared expert (k or k + 1 tickets a row), over several expert blocks and H-tiles; it leaves
+    every counter at zero, so a second launch (a graph replay) gives the same output again."""
+    from hyserve.kernels import tickets
+
+    d = make_inputs(37, **SMALL, dead=2, seed=700)
+    if not shared:
+        d = dict(d, shared_gate_up=None, shared_down=None, shared_expert_gate=None)
+    plan = small_plan(16, "scatter")
+    plan = dict(plan, down={**plan["down"], "BLOCK_H": 16})
+    two = run_triton(d, 3, plan, True)
+    one = run_triton(d, 3, fused_sum_plan(), True)
+    assert not one.isnan().any()
+    assert torch.equal(one, two)
+    assert int(tickets.ticket_counters("moe down sum", one.device, 1).abs().sum()) == 0
+    assert torch.equal(run_triton(d, 3, fused_sum_plan(), True), one)
 
 
 @pytest.mark.parametrize("T", [1, 4])

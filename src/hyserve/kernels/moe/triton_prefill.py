@@ -12,6 +12,13 @@ scattered to their pair index. Blocks past the block count exit at once.
 ``_sum_kernel`` grid (cdiv(T, BLOCK_T), cdiv(H, BLOCK_H)): out[t] = sum_j y[t*k + j] + y[N + t] in
 fp32, in a fixed order (deterministic), cast to x's dtype. y is rounded to x's dtype like the
 reference's expert outputs.
+
+With ``fused_sum`` (the down cfg) the sum runs in the down kernel's tail instead of a launch of its own:
+after storing its y tile a program takes one ticket per row from ``counters[token, H-tile]`` (acq_rel, after
+a CTA barrier); the program that draws a row's last ticket (its token's k-th, or (k+1)-th with the shared
+expert) sums that token's k + 1 rows of the H-tile in the same fixed order as ``_sum_kernel`` and resets
+the counter. The output is bit-identical to the two-launch path; the sum's reads of y (L2-resident, just
+written) overlap the other programs' weight stream instead of following it.
 """
 
 from __future__ import annotations
@@ -23,6 +30,7 @@ import triton.language as tl
 from hyserve.kernels.moe.triton_gate_up import dot_precision
 from hyserve.kernels.moe.workspace import empty, launch
 from hyserve.kernels.pdl import wait_for_previous
+from hyserve.kernels.tickets import ticket_counters
 
 
 @triton.jit(do_not_specialize=["N", "MAXB"])
@@ -33,6 +41,9 @@ def _down_kernel(
     sorted_ptr,
     meta_ptr,
     y_ptr,
+    cnt_ptr,
+    out_ptr,
+    stride_ot,
     N,
     H,
     I,
@@ -46,6 +57,10 @@ def _down_kernel(
     BLOCK_K: tl.constexpr,
     EVEN: tl.constexpr,
     DOT_PREC: tl.constexpr,
+    FUSED_SUM: tl.constexpr,
+    K_TOP: tl.constexpr,
+    HAS_SHARED: tl.constexpr,
+    ADD_OUT: tl.constexpr,
     USE_PDL: tl.constexpr,
 ):
     wait_for_previous(USE_PDL)
@@ -85,6 +100,50 @@ def _down_kernel(
         acc.to(y_ptr.dtype.element_ty),
         mask=rmask[:, None] & hmask[None, :],
     )
+    if FUSED_SUM:
+        tok = tl.where(pos >= N, pos - N, pair // K_TOP)
+        _sum_last(y_ptr, cnt_ptr, out_ptr, stride_ot, tok, rmask, n, N, H, tl.num_programs(0), BLOCK_H, K_TOP,
+                  HAS_SHARED, ADD_OUT)  # fmt: skip
+
+
+@triton.jit
+def _sum_rows(y_ptr, out_ptr, stride_ot, t64, m, hh, N, H, K_TOP: tl.constexpr, HAS_SHARED: tl.constexpr,
+              ADD_OUT: tl.constexpr, CACHE: tl.constexpr):  # fmt: skip
+    """out[t, hh] (+)= sum_j y[t*k + j, hh] + y[N + t, hh] for the rows t64 [R] under mask m [R, BH], in fp32
+    in this order, then one cast; y read with the load cache modifier CACHE."""
+    acc = tl.zeros(m.shape, dtype=tl.float32)
+    for j in tl.static_range(K_TOP):
+        y = tl.load(
+            y_ptr + (t64 * K_TOP + j)[:, None] * H + hh[None, :], mask=m, other=0.0, cache_modifier=CACHE
+        )
+        acc += y.to(tl.float32)
+    if HAS_SHARED:
+        y = tl.load(y_ptr + (N + t64)[:, None] * H + hh[None, :], mask=m, other=0.0, cache_modifier=CACHE)
+        acc += y.to(tl.float32)
+    o_ptrs = out_ptr + t64[:, None] * stride_ot + hh[None, :]
+    if ADD_OUT:  # out is the residual stream: out += the MoE output, in fp32 before the one cast
+        acc += tl.load(o_ptrs, mask=m, other=0.0).to(tl.float32)
+    tl.store(o_ptrs, acc.to(out_ptr.dtype.element_ty), mask=m)
+
+
+@triton.jit
+def _sum_last(y_ptr, cnt_ptr, out_ptr, stride_ot, tok, rmask, n, N, H, NH, BLOCK_H: tl.constexpr, K_TOP: tl.constexpr,
+              HAS_SHARED: tl.constexpr, ADD_OUT: tl.constexpr):  # fmt: skip
+    """The fused sum's tail of a down program: a ticket per row of its tile on counter [tok, n] (NH H-tiles a
+    token); rows that draw their token's last ticket are summed (``_sum_rows``, SUB columns at a time: the
+    whole [BLOCK_M, BLOCK_H] tile's pointers and sums spilled at BLOCK_M 64) and their counters reset."""
+    tl.debug_barrier()  # every thread's y stores precede the releases below
+    c_ptrs = cnt_ptr + tok.to(tl.int64) * NH + n
+    old = tl.atomic_add(c_ptrs, 1, mask=rmask, sem="acq_rel", scope="gpu")
+    last = rmask & (old == K_TOP + HAS_SHARED - 1)
+    if tl.sum(last.to(tl.int32), axis=0) > 0:
+        SUB: tl.constexpr = min(32, BLOCK_H)
+        t64 = tok.to(tl.int64)
+        for c in range(0, BLOCK_H, SUB):
+            hh = n * BLOCK_H + c + tl.arange(0, SUB)
+            m = last[:, None] & (hh < H)[None, :]
+            _sum_rows(y_ptr, out_ptr, stride_ot, t64, m, hh, N, H, K_TOP, HAS_SHARED, ADD_OUT, ".cg")
+        tl.store(c_ptrs, 0, mask=last)
 
 
 @triton.jit(do_not_specialize=["T", "N"])
@@ -106,16 +165,7 @@ def _sum_kernel(
     t = tl.program_id(0) * BLOCK_T + tl.arange(0, BLOCK_T)
     hh = tl.program_id(1) * BLOCK_H + tl.arange(0, BLOCK_H)
     m = (t < T)[:, None] & (hh < H)[None, :]
-    t64 = t.to(tl.int64)
-    acc = tl.zeros((BLOCK_T, BLOCK_H), dtype=tl.float32)
-    for j in tl.static_range(K_TOP):
-        acc += tl.load(y_ptr + (t64 * K_TOP + j)[:, None] * H + hh[None, :], mask=m, other=0.0).to(tl.float32)
-    if HAS_SHARED:
-        acc += tl.load(y_ptr + (N + t64)[:, None] * H + hh[None, :], mask=m, other=0.0).to(tl.float32)
-    o_ptrs = out_ptr + t64[:, None] * stride_ot + hh[None, :]
-    if ADD_OUT:  # out is the residual stream: out += the MoE output, in fp32 before the one cast
-        acc += tl.load(o_ptrs, mask=m, other=0.0).to(tl.float32)
-    tl.store(o_ptrs, acc.to(out_ptr.dtype.element_ty), mask=m)
+    _sum_rows(y_ptr, out_ptr, stride_ot, t.to(tl.int64), m, hh, N, H, K_TOP, HAS_SHARED, ADD_OUT, "")
 
 
 def down_scatter_sum(
@@ -133,7 +183,8 @@ def down_scatter_sum(
     add_out: bool = False,
 ) -> torch.Tensor:
     """h [N + T, I] -> out [T, H]; with ``add_out`` the result is added to out's contents (the residual
-    stream). cfg: BLOCK_H, BLOCK_K, num_warps, num_stages."""
+    stream). cfg: BLOCK_H, BLOCK_K, num_warps, num_stages; ``fused_sum`` (default False): the sum in the down
+    kernel's tail (one launch) instead of ``_sum_kernel``."""
     E, H, inter = w_down.shape
     assert w_down.stride(2) == 1 and block_m >= 16
     n = T * k_top
@@ -142,16 +193,26 @@ def down_scatter_sum(
     if has_shared:
         assert shared_down.shape == (H, inter) and shared_down.stride(1) == 1
     y = empty((n + T, H), h.dtype, h.device)
+    if out is None:
+        out = empty((T, H), h.dtype, h.device)
     bh, bk = cfg["BLOCK_H"], cfg["BLOCK_K"]
+    fused = bool(cfg.get("fused_sum", False))
+    n_h = triton.cdiv(H, bh)
+    # one counter per (token, H-tile), zero between launches; a first allocation of 2^18 covers T = 16384 at
+    # BLOCK_H 128 (H = 2048), so the prefill graphs' capture never has to grow it
+    counters = ticket_counters("moe down sum", h.device, T * n_h, minimum=1 << 18) if fused else y
     launch(
         _down_kernel,
-        (triton.cdiv(H, bh), max_blocks),
+        (n_h, max_blocks),
         h,
         w_down,
         sw,
         sorted_pairs,
         meta,
         y,
+        counters,
+        out,
+        out.stride(0),
         n,
         H,
         inter,
@@ -165,11 +226,15 @@ def down_scatter_sum(
         BLOCK_K=bk,
         EVEN=(inter % bk == 0) and (H % bh == 0),
         DOT_PREC=dot_precision(h.dtype),
+        FUSED_SUM=fused,
+        K_TOP=k_top,
+        HAS_SHARED=has_shared,
+        ADD_OUT=add_out,
         num_warps=cfg.get("num_warps", 4),
         num_stages=cfg.get("num_stages", 3),
     )
-    if out is None:
-        out = empty((T, H), h.dtype, h.device)
+    if fused:
+        return out
     # decode-sized T: one token and a quarter row per program, so even T = 32 fills the SMs (4 tokens x 1024
     # per program left 16 programs at T = 32: 7 us a layer on the H200 for 1 MB)
     big = T >= 512
