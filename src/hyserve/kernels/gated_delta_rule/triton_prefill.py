@@ -72,7 +72,10 @@ def _chunk_inverse(a, PREC: tl.constexpr):
     """(I + a)^-1 for the strictly lower [64, 64] fp32 chunk system ``a``.
 
     D = the four 16x16 diagonal blocks of I + a, inverted together by forward substitution on a
-    [4, 16, 16] tile (15 steps, elementwise, in registers); L = the strictly block-lower part of a; then
+    [4, 16, 16] tile (15 steps, elementwise, in registers; step i takes row i of each block from the
+    transposed blocks by a reduction over their last axis, which lands in the layout the update broadcasts:
+    no layout conversion a step, 40 CTA barriers in the sm_90 build of ``_prepare_kernel`` against 111
+    when the row came from a reduction over the middle axis); L = the strictly block-lower part of a; then
     (D + L)^-1 = (I + N)^-1 D^-1 with N = D^-1 L nilpotent of order 4: (I - N)(I + N^2) D^-1.
     """
     r64 = tl.arange(0, 64)
@@ -82,8 +85,9 @@ def _chunk_inverse(a, PREC: tl.constexpr):
     diag = tl.sum(tl.where(same, tl.reshape(a, (4, 16, 4, 16)), 0.0), 2)  # [4, 16, 16]
     rows = r16[None, :, None]
     x = tl.where(rows == r16[None, None, :], 1.0, 0.0) + tl.zeros((4, 16, 16), tl.float32)
+    d_t = tl.permute(diag, (0, 2, 1))  # [4, 16 (j), 16 (i)]
     for i in tl.static_range(1, 16):
-        a_i = tl.sum(tl.where(rows == i, diag, 0.0), 1)  # [4, 16]: row i of each block
+        a_i = tl.sum(tl.where(r16[None, None, :] == i, d_t, 0.0), 2)  # [4, 16 (j)]: row i of each block
         row = tl.sum(a_i[:, :, None] * x, 1)  # sum_j a[i, j] x[j, :]; rows j < i are final
         x = tl.where(rows == i, x - row[:, None, :], x)
     d_inv = tl.reshape(tl.where(same, x[:, :, None, :], 0.0), (64, 64))
