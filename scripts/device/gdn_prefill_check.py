@@ -1,6 +1,6 @@
 """One-off (2026-12-03): the chunked DeltaNet prefill at the model's shapes on the GPU: relative error of the
 output and the final state against the reference (one sequence of 1024 tokens), then the time of one layer at
-1024 and 4096 tokens (``gated_delta_rule.bench``). Run before and after a change to the chunk solve."""
+1024 and 4096 tokens (``gated_delta_rule.bench``), with the chunk solve on 4 (the config) and 8 warps. Run before and after a change to the chunk solve."""
 
 import torch
 
@@ -22,4 +22,7 @@ print(
     f"rel err vs reference at 1024: output {rel(o, r):.3e} state {rel(s_fast, s_ref):.3e} nan={bool(o.isnan().any())}"
 )
 for lens in ([1024], [4096]):
-    print(f"prefill {lens[0]}: {bench.bench_prefill(lens, baselines=False)['us']:.1f} us")
+    for cfg in (None, {"prepare": {"num_warps": 8}}):
+        print(
+            f"prefill {lens[0]} {cfg or 'cfg'}: {bench.bench_prefill(lens, cfg, baselines=False)['us']:.1f} us"
+        )

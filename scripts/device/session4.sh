@@ -19,9 +19,9 @@ s = open(p).read()
 s = s.replace("a_i = tl.sum(tl.where(r16[None, None, :] == i, d_t, 0.0), 2)", "a_i = tl.sum(tl.where(rows == i, diag, 0.0), 1)")
 open(p, "w").write(s)
 PY
-TAILN=3 run gdn_old 90 python3 scripts/device/gdn_prefill_check.py
+TAILN=5 run gdn_old 90 python3 scripts/device/gdn_prefill_check.py
 cp /tmp/new_prefill.py $F
-TAILN=3 run gdn_new 90 python3 scripts/device/gdn_prefill_check.py
+TAILN=5 run gdn_new 90 python3 scripts/device/gdn_prefill_check.py
 PROF="python3 scripts/profile_prefill.py --model $M --load-format dummy --kv-cache-memory-gb 8 --max-num-seqs 8 \
   --max-model-len 8192 --prompt-lens 1024,4096 --reps 3 --top 10"
 TAILN=30 run prefill_sum_kernel 80 $PROF
