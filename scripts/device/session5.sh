@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# One-off (2026-12-03, third session): the T = 1 router's top-k on sub-rows a warp (`_row_softmax_topk`) against
-# the [1, E] tile of before, in the B = 1 decode step (the server's shapes), then the GPU routing tests. Carry .whl.
+# One-off (2026-12-03, third session): the T = 1 router with its top-k on sub-rows a warp (`_row_softmax_topk`) and
+# its GEMV on 2-D tiles against both as before (a [1, E] top-k tile, a [1, BE, BK] product), in the B = 1 decode
+# step (the server's shapes); then with the experts' own top-k; then the GPU routing tests. Carry .whl.
 set -u
 source "$(dirname "$0")/common.sh"
 W=$OUT
@@ -9,7 +10,8 @@ PROF="python3 scripts/profile_decode.py --model $M --load-format dummy --kv-cach
 TAILN=25 run decode_new 120 $PROF
 F=src/hyserve/kernels/moe/routing.py
 cp $F /tmp/new_routing.py
-sed -i 's/        if TP == 1 and not GROUP:  # top-k of one token/        if False:  # top-k of one token/' $F
+sed -i 's/        if TP == 1 and not GROUP:  # top-k of one token/        if False:  # top-k of one token/; s/    elif xt.shape\[0\] == 1:  # one token/    elif False:  # one token/' $F
+grep -c "if False:  # \(top-k of\|one token\)" $F
 TAILN=25 run decode_old 120 $PROF
 cp /tmp/new_routing.py $F
 TAILN=4 run tests 90 python3 -m pytest -q -p no:cacheprovider src/hyserve/kernels/moe/test_moe.py -k "pairs or topk or routing"

@@ -411,6 +411,8 @@ def _router_acc(acc, xt, wt, USE_DOT: tl.constexpr, DOT_PREC: tl.constexpr):
     """acc [TP, BE] += xt [TP, BK] @ the weight tile of ``_router_weights``."""
     if USE_DOT:
         acc = tl.dot(xt, wt, acc, input_precision=DOT_PREC)
+    elif xt.shape[0] == 1:  # one token: x broadcast over the [BE, BK] weight tile, no 3-D product layout
+        acc += tl.sum(xt.to(tl.float32) * wt.to(tl.float32), axis=1)[None, :]
     else:
         acc += tl.sum(xt.to(tl.float32)[:, None, :] * wt.to(tl.float32)[None, :, :], axis=2)
     return acc
