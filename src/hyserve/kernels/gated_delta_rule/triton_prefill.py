@@ -45,7 +45,9 @@ _CONFIGS = {
     "fused_output": True,  # _state_output_kernel (2 launches) instead of _state_kernel + _output_kernel (3)
     # 4 warps: 255 registers a thread fit two programs an SM (8 warps took 204 a thread: one), which halves the
     # waves of this latency-bound solve; 3 stages prefetch the state loop's next chunk one tile deeper
-    # (`bench --sweep` on the H200, 2026-12-03: T=1024 125.7 -> 82.7 us, then 2 -> 3 stages 125.7 -> 112.0)
+    # (`bench --sweep` on the H200, 2026-12-03: T=1024 125.7 -> 82.7 us, then 2 -> 3 stages 125.7 -> 112.0). With
+    # the substitution's rows from the transposed blocks (ddb536a) 4 warps still win in the engine: 0.89 ms over 30
+    # layers at 1024 tokens against 1.56 on 8 warps (3.65 / 6.47 ms at 4096; docs/performance.md, da8a110)
     "prepare": {"num_warps": 4},
     "state_output": {"BV": 32, "num_warps": 4, "num_stages": 3},
     "state": {"BV": 32, "num_warps": 4, "num_stages": 2},

@@ -17,8 +17,11 @@ With ``fused_sum`` (the down cfg) the sum runs in the down kernel's tail instead
 after storing its y tile a program takes one ticket per row from ``counters[token, H-tile]`` (acq_rel, after
 a CTA barrier); the program that draws a row's last ticket (its token's k-th, or (k+1)-th with the shared
 expert) sums that token's k + 1 rows of the H-tile in the same fixed order as ``_sum_kernel`` and resets
-the counter. The output is bit-identical to the two-launch path; the sum's reads of y (L2-resident, just
-written) overlap the other programs' weight stream instead of following it.
+the counter. The output is bit-identical to the two-launch path. It is off in every plan: on the H200
+(da8a110, docs/performance.md) the tail slowed the down kernel by more than the sum kernel took (a 1024-token
+prefill: down 5.75 -> 6.90 ms over 40 layers against the sum's 0.57; 4096: 10.27 -> 14.49 against 2.11): every
+program pays the ticket's round trip and the tail's registers (the y-store addresses spill at BLOCK_M 64).
+Eager at T = 32 it won (0.145 -> 0.101 ms, mostly the launch saved); not timed inside a decode graph.
 """
 
 from __future__ import annotations
