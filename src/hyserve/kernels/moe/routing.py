@@ -54,6 +54,35 @@ _BIG = tl.constexpr(2**31 - 1)
 
 
 @triton.jit
+def _topk_key(p, cols, E, EP: tl.constexpr):
+    """The packed int64 key ``bits(p) << 32 | (EP - 1 - col)`` of probabilities p (any shape, ``cols`` their
+    columns); -1 in the columns >= E (see ``_softmax_topk``)."""
+    low = cols.to(tl.int64) * -1 + (
+        EP - 1
+    )  # tensor first: the interpreter keeps constexpr - tensor a constexpr
+    return tl.where(cols < E, (p.to(tl.int32, bitcast=True).to(tl.int64) << 32) | low, -1)
+
+
+@triton.jit
+def _key_column(best, EP: tl.constexpr):
+    """(column int32, probability fp32) of packed keys ``best``."""
+    return ((best & 0xFFFFFFFF) * -1 + (EP - 1)).to(tl.int32), (best >> 32).to(tl.int32).to(
+        tl.float32, bitcast=True
+    )
+
+
+@triton.jit
+def _normalise_weights(w, axis: tl.constexpr, ROUND: tl.constexpr):
+    """w / its sum over ``axis``, then rounded: ROUND 0 keep fp32, 1 through bf16, 2 through fp16."""
+    w = w / tl.expand_dims(tl.sum(w, axis=axis), axis)
+    if ROUND == 1:
+        w = w.to(tl.bfloat16).to(tl.float32)
+    elif ROUND == 2:
+        w = w.to(tl.float16).to(tl.float32)
+    return w
+
+
+@triton.jit
 def _softmax_topk(logits, cols, E, K: tl.constexpr, KP: tl.constexpr, ROUND: tl.constexpr):
     """logits [R, EP] fp32 (-inf in columns >= E) -> (ids [R, KP] int32, weights [R, KP] fp32).
 
@@ -66,27 +95,16 @@ def _softmax_topk(logits, cols, E, K: tl.constexpr, KP: tl.constexpr, ROUND: tl.
     m = tl.max(logits, axis=1)
     p = tl.exp(logits - m[:, None])
     p = p / tl.sum(p, axis=1)[:, None]
-    low = cols.to(tl.int64) * -1 + (
-        EP - 1
-    )  # tensor first: the interpreter keeps constexpr - tensor a constexpr
-    key = (p.to(tl.int32, bitcast=True).to(tl.int64) << 32) | low[None, :]
-    key = tl.where(cols[None, :] < E, key, -1)
+    key = _topk_key(p, cols[None, :], E, EP)
     kc = tl.arange(0, KP)
     ids = tl.zeros((logits.shape[0], KP), dtype=tl.int32)
     w = tl.zeros((logits.shape[0], KP), dtype=tl.float32)
     for j in tl.static_range(K):
-        best = tl.max(key, axis=1)
-        idx = ((best & 0xFFFFFFFF) * -1 + (EP - 1)).to(tl.int32)
-        val = (best >> 32).to(tl.int32).to(tl.float32, bitcast=True)
+        idx, val = _key_column(tl.max(key, axis=1), EP)
         ids = tl.where(kc[None, :] == j, idx[:, None], ids)
         w = tl.where(kc[None, :] == j, val[:, None], w)
         key = tl.where(cols[None, :] == idx[:, None], -1, key)
-    w = w / tl.sum(w, axis=1)[:, None]
-    if ROUND == 1:
-        w = w.to(tl.bfloat16).to(tl.float32)
-    elif ROUND == 2:
-        w = w.to(tl.float16).to(tl.float32)
-    return ids, w
+    return ids, _normalise_weights(w, 1, ROUND)
 
 
 @triton.jit
@@ -110,9 +128,9 @@ def _row_softmax_topk(
     The row is loaded as [SPLIT, EP // SPLIT], which puts whole sub-rows in a warp (SPLIT = the 4 warps of the
     callers), so each of the k arg-max rounds over a sub-row stays inside its warp; the SPLIT * KP <= 32
     candidates then fit one warp (replicated in each), whose k rounds need no CTA barrier either. On a [1, EP]
-    tile every round was a cross-warp reduction (26 CTA barriers in the sm_90 router, against 6 now). Same
-    keys, so the same order and tie-break as ``_softmax_topk``; m and the softmax sum reduce in another order
-    (the weights may differ from its in the last fp32 bit)."""
+    tile every round was a cross-warp reduction: the T = 1 router's ticket tail took 52 CTA barriers in its
+    sm_90 build, 10 now. Same keys, so the same order and tie-break as ``_softmax_topk``; m and the softmax
+    sum reduce in another order (the weights may differ from its in the last fp32 bit)."""
     S: tl.constexpr = min(SPLIT, EP)
     C: tl.constexpr = EP // S
     cols = tl.arange(0, S)[:, None] * C + tl.arange(0, C)[None, :]
@@ -121,8 +139,7 @@ def _row_softmax_topk(
     m = tl.max(tl.max(logits, axis=1), axis=0)
     p = tl.exp(logits - m)
     p = p / tl.sum(tl.sum(p, axis=1), axis=0)
-    low = cols.to(tl.int64) * -1 + (EP - 1)
-    key = tl.where(cols < E, (p.to(tl.int32, bitcast=True).to(tl.int64) << 32) | low, -1)
+    key = _topk_key(p, cols, E, EP)
     kc = tl.arange(0, KP)
     cand = tl.full((S, KP), -1, tl.int64)
     for j in tl.static_range(K):  # each sub-row's top k (keys are unique: the column is in the low bits)
@@ -134,20 +151,16 @@ def _row_softmax_topk(
     w = tl.zeros((KP,), dtype=tl.float32)
     for j in tl.static_range(K):
         best = tl.max(cand, axis=0)
-        ids = tl.where(kc == j, ((best & 0xFFFFFFFF) * -1 + (EP - 1)).to(tl.int32), ids)
-        w = tl.where(kc == j, (best >> 32).to(tl.int32).to(tl.float32, bitcast=True), w)
+        idx, val = _key_column(best, EP)
+        ids = tl.where(kc == j, idx, ids)
+        w = tl.where(kc == j, val, w)
         cand = tl.where(cand == best, -1, cand)
-    w = w / tl.sum(w, axis=0)
-    if ROUND == 1:
-        w = w.to(tl.bfloat16).to(tl.float32)
-    elif ROUND == 2:
-        w = w.to(tl.float16).to(tl.float32)
-    return ids, w
+    return ids, _normalise_weights(w, 0, ROUND)
 
 
 ROW_SPLIT = tl.constexpr(4)  # sub-rows of ``_row_softmax_topk``: the warps of its callers (router at T = 1)
-# The candidates' order is irrelevant (unique keys); letting Triton 3.6 reorder them keeps them in one warp (45
-# barriers in the T = 1 router against 67 without). Triton 3.9 deprecates the flag and 3.10 drops it.
+# The candidates' order is irrelevant (unique keys); letting Triton 3.6 reorder them keeps them in one warp (25
+# barriers in the T = 1 router's build, 47 without). Triton 3.9 deprecates the flag and 3.10 drops it.
 REORDER = tl.constexpr(tuple(int(v) for v in triton.__version__.split(".")[:2]) < (3, 9))
 
 
