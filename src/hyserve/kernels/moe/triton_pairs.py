@@ -184,22 +184,17 @@ def _down_tile(
 ):
     """acc [KP, BLOCK_H, BLOCK_I] += w * h[i]; acc_s [BLOCK_H, BLOCK_I] += ws * h_shared[i] (REDUCE_EACH:
     summed over i every tile, into [KP, BLOCK_H] and [BLOCK_H])."""
-    # h loaded straight into the weight tile's layout (the same row for every h of the tile: L1 serves the
-    # repeats), so no [KP, BLOCK_I] tile has to be converted and broadcast across warps every step
-    zero = tl.zeros((1, w.shape[1], 1), dtype=tl.int32)
-    hv = tl.load(
-        h_rows[:, :, None] + zero + i[None, None, :], mask=jm[:, None, None] & im[None, None, :], other=0.0
-    )
+    hv = tl.load(h_rows + i[None, :], mask=jm[:, None] & im[None, :], other=0.0)
     if REDUCE_EACH:
-        acc += tl.sum(w.to(tl.float32) * hv.to(tl.float32), axis=2)
+        acc += tl.sum(w.to(tl.float32) * hv.to(tl.float32)[:, None, :], axis=2)
     else:
-        acc += w.to(tl.float32) * hv.to(tl.float32)
+        acc += w.to(tl.float32) * hv.to(tl.float32)[:, None, :]
     if HAS_SHARED:
-        hsv = tl.load(hs_row + zero.reshape(w.shape[1], 1) + i[None, :], mask=im[None, :], other=0.0)
+        hsv = tl.load(hs_row + i, mask=im, other=0.0)
         if REDUCE_EACH:
-            acc_s += tl.sum(ws.to(tl.float32) * hsv.to(tl.float32), axis=1)
+            acc_s += tl.sum(ws.to(tl.float32) * hsv.to(tl.float32)[None, :], axis=1)
         else:
-            acc_s += ws.to(tl.float32) * hsv.to(tl.float32)
+            acc_s += ws.to(tl.float32) * hsv.to(tl.float32)[None, :]
     return acc, acc_s
 
 
