@@ -21,7 +21,7 @@ from hyserve.kernels.attention import triton_store_kv as store_kv
 from hyserve.kernels.gated_delta_rule.aot_check import BF, F32, FAILED, build
 from hyserve.kernels.linear import _plans
 from hyserve.kernels.linear import triton_kernel as gemv
-from hyserve.kernels.moe import routing, triton_decode, triton_pairs, triton_prefill
+from hyserve.kernels.moe import routing, triton_decode, triton_gate_up, triton_pairs, triton_prefill
 from hyserve.kernels.moe.configs import get_plan
 from hyserve.kernels.qk_norm_rope import triton_kernel as qk_rope
 from hyserve.kernels.rmsnorm import triton_kernel as rmsnorm
@@ -97,17 +97,32 @@ def main() -> None:
           ADD_OUT=True, USE_PDL=True), 2, 1, label="scatter sum add_out=1")  # fmt: skip
     down_types = {"h_ptr": BF, "w_ptr": BF, "sw_ptr": BF, "sorted_ptr": I32, "meta_ptr": I32, "y_ptr": BF,
                   "cnt_ptr": I32, "out_ptr": BF}  # fmt: skip
+    gu_types = {"x_ptr": BF, "w_ptr": BF, "sw_ptr": BF, "sg_ptr": BF, "topk_w_ptr": F32, "sorted_ptr": I32,
+                "meta_ptr": I32, "h_ptr": BF}  # fmt: skip
     for t in (
         32,
         1024,
-    ):  # the scatter down (c=32 decode, prefill) with the sum kernel, or the sum in its tail
-        dn = get_plan(t, 256, 2048, 512, 8, torch.bfloat16)
-        for fused in (False, True):
-            consts = dict(BLOCK_M=dn["block_m"], BLOCK_H=dn["down"]["BLOCK_H"], BLOCK_K=dn["down"]["BLOCK_K"],
-                          EVEN=True, DOT_PREC="tf32", FUSED_SUM=fused, K_TOP=8, HAS_SHARED=True, ADD_OUT=True,
-                          USE_PDL=True)  # fmt: skip
-            build(triton_prefill._down_kernel, down_types, consts, dn["down"].get("num_warps", 4),
-                  dn["down"].get("num_stages", 3), label=f"scatter down T={t} fused_sum={int(fused)}")  # fmt: skip
+    ):  # the grouped gate_up and the scatter down (c=32 decode, prefill), pointer loads or TMA; the down
+        # kernel with the sum kernel, or the sum in its tail
+        pl = get_plan(t, 256, 2048, 512, 8, torch.bfloat16)
+        gu, dn = pl["gate_up"], pl["down"]
+        for use_tma in (False, True):
+            stages = gu.get("num_stages", 3)
+            desc = f"tensordesc<bf16[{gu['BLOCK_I']}, {gu['BLOCK_K']}]>" if use_tma else BF
+            consts = dict(K_TOP=8, BLOCK_M=pl["block_m"], BLOCK_I=gu["BLOCK_I"], BLOCK_K=gu["BLOCK_K"], EVEN_K=True,
+                          EVEN_I=True, HAS_SHARED_GATE=True, USE_DOT=True, DOT_PREC="tf32", TMA=use_tma,
+                          STAGES=stages, USE_PDL=True)  # fmt: skip
+            build(triton_gate_up._gate_up_kernel, dict(gu_types, w_desc=desc, sw_desc=desc), consts,
+                  gu.get("num_warps", 4), stages, label=f"grouped gate_up T={t} tma={int(use_tma)}")  # fmt: skip
+        for fused, use_tma in ((False, False), (True, False), (False, True)):
+            stages = dn.get("num_stages", 3)
+            desc = f"tensordesc<bf16[{dn['BLOCK_H']}, {dn['BLOCK_K']}]>" if use_tma else BF
+            consts = dict(BLOCK_M=pl["block_m"], BLOCK_H=dn["BLOCK_H"], BLOCK_K=dn["BLOCK_K"], EVEN=True,
+                          DOT_PREC="tf32", FUSED_SUM=fused, K_TOP=8, HAS_SHARED=True, ADD_OUT=True, TMA=use_tma,
+                          STAGES=stages, USE_PDL=True)  # fmt: skip
+            build(triton_prefill._down_kernel, dict(down_types, w_desc=desc, sw_desc=desc), consts,
+                  dn.get("num_warps", 4), stages,
+                  label=f"scatter down T={t} fused_sum={int(fused)} tma={int(use_tma)}")  # fmt: skip
     red_types = {"h_ptr": BF, "w_ptr": BF, "sw_ptr": BF, "sorted_ptr": I32, "meta_ptr": I32, "out_ptr": BF}
     consts = dict(K_TOP=8, TP=16, BLOCK_M=16, BLOCK_H=64, BLOCK_K=128, NUM_K=4, EVEN=True, USE_DOT=True,
                   DOT_PREC="tf32", ADD_OUT=True, USE_PDL=True)  # fmt: skip

@@ -125,6 +125,18 @@ def fused_sum_plan(block_h: int = 16) -> dict:
     return dict(plan, down={**plan["down"], "BLOCK_H": block_h, "fused_sum": True})
 
 
+def tma_plan() -> dict:
+    """The prefill path with the weights through tensor descriptors, in tiles that leave masked tails (H = 48
+    over BLOCK_K 32, I = 40 over BLOCK_I 16 and BLOCK_K 16: the last boxes read past an expert's rows and past
+    the tensor's columns) and several K steps."""
+    return {
+        "block_m": 16,
+        "down_mode": "scatter",
+        "gate_up": {"BLOCK_I": 16, "BLOCK_K": 32, "num_stages": 2, "TMA": 1},
+        "down": {"BLOCK_H": 16, "BLOCK_K": 16, "num_stages": 2, "TMA": 1},
+    }
+
+
 def pairs_plan(fused_router: bool = False, H: int = 48, I: int = 40) -> dict:
     """The few-token path with tiles smaller than the small test dims (masked tails, several K loops)."""
     p = {
@@ -273,6 +285,7 @@ PATHS = {
     "gemv": lambda T: (small_plan(1 if T == 1 else 8, "reduce"), False),
     "prefill": lambda T: (small_plan(16, "scatter"), True),
     "prefill_fused_sum": lambda T: (fused_sum_plan(), True),
+    "prefill_tma": lambda T: (tma_plan(), True),
     "pairs": lambda T: (pairs_plan(), False),
     "pairs_fused_router": lambda T: (pairs_plan(fused_router=True), False),
     "pairs_split_shared": lambda T: (dict(pairs_plan(fused_router=True), split_shared=True), False),

@@ -23,6 +23,12 @@ block (decode: BLOCK_M >= tokens per expert almost always).
 USE_DOT (BLOCK_M >= 16): tensor-core ``tl.dot`` on [BLOCK_M, BLOCK_K] x [BLOCK_K, BLOCK_I] tiles, fp32
 accumulation (the prefill path and batched decode). USE_DOT False (BLOCK_M < 16, e.g. 1 at T=1): a
 GEMV-style broadcast-multiply-reduce on [BLOCK_M, BLOCK_I, BLOCK_K] registers, no tensor cores.
+
+With the cfg's ``TMA`` (tensor-core path only) the weight tiles stream through Hopper tensor descriptors
+(``[E*2I, H]`` and the shared expert's ``[2I, H]``, [BLOCK_I, BLOCK_K] boxes) in a K loop pipelined
+``num_stages`` deep, instead of per-element pointer loads; x rows are still gathered by pointer. A box that
+runs past its expert's gate (or up) rows reads neighbouring rows, whose results are never stored; past H or
+the tensor's end the copy is zero-filled.
 """
 
 from __future__ import annotations
@@ -31,8 +37,24 @@ import torch
 import triton
 import triton.language as tl
 
+from hyserve.kernels import tma
 from hyserve.kernels.moe.workspace import empty, launch
 from hyserve.kernels.pdl import wait_for_previous
+
+
+@triton.jit
+def _dot_tma(desc, row_g, row_u, acc_g, acc_u, x_rows, rmask, kk, H, BLOCK_K: tl.constexpr, DOT_PREC: tl.constexpr,
+             STAGES: tl.constexpr):  # fmt: skip
+    """acc_g/u [BLOCK_M, BLOCK_I] += x rows [BLOCK_M, H] @ the descriptor's rows [row_g, +BLOCK_I) / [row_u,
+    +BLOCK_I) transposed, over K = H, the copies pipelined STAGES deep."""
+    for k0 in tl.range(0, H, BLOCK_K, num_stages=STAGES):
+        k = k0 + kk
+        xt = tl.load(x_rows[:, None] + k[None, :], mask=rmask[:, None] & (k[None, :] < H), other=0.0)
+        wg = desc.load([row_g, k0])
+        wu = desc.load([row_u, k0])
+        acc_g = tl.dot(xt, wg.T, acc_g, input_precision=DOT_PREC)
+        acc_u = tl.dot(xt, wu.T, acc_u, input_precision=DOT_PREC)
+    return acc_g, acc_u
 
 
 @triton.jit(do_not_specialize=["N", "MAXB"])
@@ -40,6 +62,8 @@ def _gate_up_kernel(
     x_ptr,
     w_ptr,
     sw_ptr,
+    w_desc,
+    sw_desc,
     sg_ptr,
     topk_w_ptr,
     sorted_ptr,
@@ -63,8 +87,12 @@ def _gate_up_kernel(
     HAS_SHARED_GATE: tl.constexpr,
     USE_DOT: tl.constexpr,
     DOT_PREC: tl.constexpr,
+    TMA: tl.constexpr,
+    STAGES: tl.constexpr,
     USE_PDL: tl.constexpr,
 ):
+    """w_desc, sw_desc: the routed and the shared experts' [BLOCK_I, BLOCK_K] descriptors when TMA (else
+    unused)."""
     wait_for_previous(USE_PDL)
     n = tl.program_id(0)  # fastest: the N-tiles of a block run back to back (its x / h rows stay in L2)
     b = tl.program_id(1)
@@ -94,7 +122,17 @@ def _gate_up_kernel(
     g_rows = wbase + ii.to(tl.int64) * stride_n
     u_rows = wbase + (ii + I).to(tl.int64) * stride_n
 
-    if USE_DOT:
+    if USE_DOT and TMA:
+        acc_g = tl.zeros((BLOCK_M, BLOCK_I), dtype=tl.float32)
+        acc_u = tl.zeros((BLOCK_M, BLOCK_I), dtype=tl.float32)
+        if is_shared:
+            acc_g, acc_u = _dot_tma(sw_desc, n * BLOCK_I, I + n * BLOCK_I, acc_g, acc_u, x_rows, rmask, kk, H,
+                                    BLOCK_K, DOT_PREC, STAGES)  # fmt: skip
+        else:
+            row = e.to(tl.int32) * (2 * I) + n * BLOCK_I
+            acc_g, acc_u = _dot_tma(w_desc, row, row + I, acc_g, acc_u, x_rows, rmask, kk, H, BLOCK_K, DOT_PREC,
+                                    STAGES)  # fmt: skip
+    elif USE_DOT:
         acc_g = tl.zeros((BLOCK_M, BLOCK_I), dtype=tl.float32)
         acc_u = tl.zeros((BLOCK_M, BLOCK_I), dtype=tl.float32)
         for k0 in range(0, H, BLOCK_K):
@@ -162,7 +200,8 @@ def gate_up(
     block_m: int,
     cfg: dict,
 ) -> torch.Tensor:
-    """-> h [N + T, I] (see the module docstring). cfg: BLOCK_I, BLOCK_K, num_warps, num_stages."""
+    """-> h [N + T, I] (see the module docstring). cfg: BLOCK_I, BLOCK_K, num_warps, num_stages, TMA
+    (optional, block_m >= 16: the weights through tensor descriptors; ignored where none can be made)."""
     T, H = x.shape
     E, two_i, _ = w_gate_up.shape
     inter = two_i // 2
@@ -176,12 +215,20 @@ def gate_up(
         assert shared_gate_up.stride(1) == 1 and shared_gate_up.shape == (two_i, H)
     sg = shared_expert_gate if shared_expert_gate is not None else x
     grid = (triton.cdiv(inter, bi), max_blocks)
+    w_desc = sw_desc = None
+    if cfg.get("TMA") and block_m >= 16 and w_gate_up.is_contiguous():
+        w_desc = tma.descriptor(w_gate_up.view(E * two_i, H), [bi, bk])
+        sw_desc = tma.descriptor(sw.reshape(-1, H), [bi, bk])
+    use_tma = w_desc is not None and sw_desc is not None
+    stages = cfg.get("num_stages", 3)
     launch(
         _gate_up_kernel,
         grid,
         x,
         w_gate_up,
         sw,
+        w_desc if use_tma else w_gate_up,
+        sw_desc if use_tma else sw,
         sg,
         topk_weights,
         sorted_pairs,
@@ -205,7 +252,9 @@ def gate_up(
         HAS_SHARED_GATE=shared_expert_gate is not None and shared_gate_up is not None,
         USE_DOT=block_m >= 16,
         DOT_PREC=dot_precision(x.dtype),
+        TMA=use_tma,
+        STAGES=stages,
         num_warps=cfg.get("num_warps", 4),
-        num_stages=cfg.get("num_stages", 3),
+        num_stages=stages,
     )
     return h

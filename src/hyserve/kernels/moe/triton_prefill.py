@@ -7,7 +7,9 @@ rows per token (no inverse permutation, no atomics).
 
 ``_down_kernel`` grid (cdiv(H, BLOCK_H), MAXB) (H-tiles fastest: a block's h rows stay in L2): block b (<= BLOCK_M rows of one expert, contiguous in
 h) times the [BLOCK_H, I] slice of its down weights, tensor-core dots with fp32 accumulation, rows
-scattered to their pair index. Blocks past the block count exit at once.
+scattered to their pair index. Blocks past the block count exit at once. With the cfg's ``TMA`` the weight
+tiles stream through tensor descriptors (``[E*H, I]`` and the shared ``[H, I]``, [BLOCK_H, BLOCK_K] boxes,
+pipelined ``num_stages`` deep) instead of pointer loads.
 
 ``_sum_kernel`` grid (cdiv(T, BLOCK_T), cdiv(H, BLOCK_H)): out[t] = sum_j y[t*k + j] + y[N + t] in
 fp32, in a fixed order (deterministic), cast to x's dtype. y is rounded to x's dtype like the
@@ -30,10 +32,23 @@ import torch
 import triton
 import triton.language as tl
 
+from hyserve.kernels import tma
 from hyserve.kernels.moe.triton_gate_up import dot_precision
 from hyserve.kernels.moe.workspace import empty, launch
 from hyserve.kernels.pdl import wait_for_previous
 from hyserve.kernels.tickets import ticket_counters
+
+
+@triton.jit
+def _down_dot_tma(desc, row, acc, h_rows, rmask, kk, I, BLOCK_K: tl.constexpr, DOT_PREC: tl.constexpr,
+                  STAGES: tl.constexpr):  # fmt: skip
+    """acc [BLOCK_M, BLOCK_H] += h rows [BLOCK_M, I] @ the descriptor's rows [row, +BLOCK_H) transposed, over
+    K = I, the copies pipelined STAGES deep."""
+    for k0 in tl.range(0, I, BLOCK_K, num_stages=STAGES):
+        k = k0 + kk
+        ht = tl.load(h_rows[:, None] + k[None, :], mask=rmask[:, None] & (k[None, :] < I), other=0.0)
+        acc = tl.dot(ht, desc.load([row, k0]).T, acc, input_precision=DOT_PREC)
+    return acc
 
 
 @triton.jit(do_not_specialize=["N", "MAXB"])
@@ -41,6 +56,8 @@ def _down_kernel(
     h_ptr,
     w_ptr,
     sw_ptr,
+    w_desc,
+    sw_desc,
     sorted_ptr,
     meta_ptr,
     y_ptr,
@@ -64,8 +81,12 @@ def _down_kernel(
     K_TOP: tl.constexpr,
     HAS_SHARED: tl.constexpr,
     ADD_OUT: tl.constexpr,
+    TMA: tl.constexpr,
+    STAGES: tl.constexpr,
     USE_PDL: tl.constexpr,
 ):
+    """w_desc, sw_desc: the routed and the shared experts' [BLOCK_H, BLOCK_K] descriptors when TMA (else
+    unused)."""
     wait_for_previous(USE_PDL)
     n = tl.program_id(0)  # fastest: the H-tiles of a block run back to back (its h rows stay in L2)
     b = tl.program_id(1)
@@ -90,14 +111,21 @@ def _down_kernel(
     h_rows = h_ptr + pos.to(tl.int64) * I
     w_rows = wbase + hh.to(tl.int64) * stride_h
     acc = tl.zeros((BLOCK_M, BLOCK_H), dtype=tl.float32)
-    for k0 in range(0, I, BLOCK_K):
-        k = k0 + kk
-        ht = tl.load(h_rows[:, None] + k[None, :], mask=rmask[:, None] & (k[None, :] < I), other=0.0)
-        if EVEN:
-            wt = tl.load(w_rows[None, :] + k[:, None])
+    if TMA:
+        if is_shared:
+            acc = _down_dot_tma(sw_desc, n * BLOCK_H, acc, h_rows, rmask, kk, I, BLOCK_K, DOT_PREC, STAGES)
         else:
-            wt = tl.load(w_rows[None, :] + k[:, None], mask=(k[:, None] < I) & hmask[None, :], other=0.0)
-        acc = tl.dot(ht, wt, acc, input_precision=DOT_PREC)
+            row = e.to(tl.int32) * H + n * BLOCK_H
+            acc = _down_dot_tma(w_desc, row, acc, h_rows, rmask, kk, I, BLOCK_K, DOT_PREC, STAGES)
+    else:
+        for k0 in range(0, I, BLOCK_K):
+            k = k0 + kk
+            ht = tl.load(h_rows[:, None] + k[None, :], mask=rmask[:, None] & (k[None, :] < I), other=0.0)
+            if EVEN:
+                wt = tl.load(w_rows[None, :] + k[:, None])
+            else:
+                wt = tl.load(w_rows[None, :] + k[:, None], mask=(k[:, None] < I) & hmask[None, :], other=0.0)
+            acc = tl.dot(ht, wt, acc, input_precision=DOT_PREC)
     tl.store(
         y_ptr + dest[:, None] * H + hh[None, :],
         acc.to(y_ptr.dtype.element_ty),
@@ -204,12 +232,20 @@ def down_scatter_sum(
     # one counter per (token, H-tile), zero between launches; a first allocation of 2^18 covers T = 16384 at
     # BLOCK_H 128 (H = 2048), so the prefill graphs' capture never has to grow it
     counters = ticket_counters("moe down sum", h.device, T * n_h, minimum=1 << 18) if fused else y
+    w_desc = sw_desc = None
+    if cfg.get("TMA") and w_down.is_contiguous():
+        w_desc = tma.descriptor(w_down.view(E * H, inter), [bh, bk])
+        sw_desc = tma.descriptor(sw.reshape(-1, inter), [bh, bk])
+    use_tma = w_desc is not None and sw_desc is not None
+    stages = cfg.get("num_stages", 3)
     launch(
         _down_kernel,
         (n_h, max_blocks),
         h,
         w_down,
         sw,
+        w_desc if use_tma else w_down,
+        sw_desc if use_tma else sw,
         sorted_pairs,
         meta,
         y,
@@ -233,8 +269,10 @@ def down_scatter_sum(
         K_TOP=k_top,
         HAS_SHARED=has_shared,
         ADD_OUT=add_out,
+        TMA=use_tma,
+        STAGES=stages,
         num_warps=cfg.get("num_warps", 4),
-        num_stages=cfg.get("num_stages", 3),
+        num_stages=stages,
     )
     if fused:
         return out

@@ -86,6 +86,9 @@ def candidates(T: int, bm: int, quick: bool) -> dict[str, list[dict]]:
         )
         if T <= 128:
             out["reduce"] = _cross(_grid(BLOCK_H=[16, 32], BLOCK_K=[256, 512]), _ws([(4, 6), (4, 8)]))
+    for kind in ("gate_up", "scatter"):  # the grouped kernels also with the weights through TMA descriptors
+        if bm >= 16 and kind in out:
+            out[kind] = out[kind] + [dict(c, TMA=1) for c in out[kind]]
     out = {k: [c for c in v if _fits(k, bm, c)] for k, v in out.items()}
     if quick:
         out = {k: v[:: max(1, len(v) // 6)] for k, v in out.items()}
@@ -340,6 +343,7 @@ def tune(tokens: tuple[int, ...], quick: bool) -> tuple[dict, dict]:
                 for c in cands["gate_up"]
             ]
             gu_ms, gu_cfg = min(gu, key=lambda r: r[0])
+            _print_tma_split(T, bm, "gate_up", gu)
             h = run_gate_up(layer, x, rt, bm, gu_cfg)
             for kind in ("reduce", "scatter"):
                 if kind not in cands:
@@ -354,6 +358,7 @@ def tune(tokens: tuple[int, ...], quick: bool) -> tuple[dict, dict]:
                     for c in cands[kind]
                 ]
                 dn_ms, dn_cfg = min(dn, key=lambda r: r[0])
+                _print_tma_split(T, bm, kind, dn)
                 total = gu_ms + dn_ms
                 print(
                     f"T={T:5d} bm={bm:3d} gate_up {gu_ms * 1e3:8.1f}us {gu_cfg}  {kind} {dn_ms * 1e3:8.1f}us {dn_cfg}",
@@ -390,6 +395,18 @@ def tune(tokens: tuple[int, ...], quick: bool) -> tuple[dict, dict]:
         timings[T] = {k: round(v, 2) for k, v in best[2].items()}
         print(f"T={T:5d} best {best[1]}  total {(best[0] + t_route) * 1e3:.1f}us", flush=True)
     return buckets, timings
+
+
+def _print_tma_split(T: int, bm: int, kind: str, timed: list[tuple[float, dict]]) -> None:
+    """The best time with pointer loads and with TMA weights, where both were timed."""
+    best = {}
+    for ms, c in timed:
+        key = "tma" if c.get("TMA") else "pointer"
+        if ms < best.get(key, (float("inf"),))[0]:
+            best[key] = (ms, c)
+    if len(best) == 2:
+        line = "  ".join(f"{k} {v[0] * 1e3:.1f}us {v[1]}" for k, v in sorted(best.items()))
+        print(f"T={T:5d} bm={bm:3d} {kind}: {line}", flush=True)
 
 
 def tune_pairs(layer: dict, x: torch.Tensor, quick: bool) -> tuple[float, dict, dict]:
