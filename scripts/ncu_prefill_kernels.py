@@ -1,0 +1,37 @@
+"""The 1024-token prefill's DeltaNet kernels (chunked delta rule, causal conv) alone, for Nsight Compute.
+
+Each op runs three times on one layer's fresh inputs at the model's shapes (32 value heads, K = V = 128,
+8192 conv channels), eagerly, so ``ncu -k regex:... --launch-skip 3`` reads a warm launch of each kernel:
+
+    ncu --clock-control none --section SpeedOfLight --section Occupancy --section WarpStateStats \\
+        -k regex:'_prepare_kernel|_state_output_kernel|_conv_prefill_kernel' python3 scripts/ncu_prefill_kernels.py
+"""
+
+from __future__ import annotations
+
+import argparse
+
+import torch
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--tokens", type=int, default=1024)
+    ap.add_argument("--reps", type=int, default=3)
+    a = ap.parse_args()
+    from hyserve.kernels.causal_conv1d import bench as conv_bench
+    from hyserve.kernels.causal_conv1d.triton_kernel import causal_conv1d_prefill_triton
+    from hyserve.kernels.gated_delta_rule.bench import prefill_inputs
+    from hyserve.kernels.gated_delta_rule.triton_prefill import gated_delta_rule_prefill_triton
+
+    args = prefill_inputs([a.tokens])
+    conv_args = conv_bench.inputs([a.tokens])
+    for _ in range(a.reps):
+        gated_delta_rule_prefill_triton(*args)
+        causal_conv1d_prefill_triton(*conv_args)
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+
+
+if __name__ == "__main__":
+    main()
