@@ -5,7 +5,7 @@ The decode step at B=1 is ~310 kernels of 2-15 us that sit at 60-85% of HBM band
 resident warps, or spills; the hardware counters do. This script launches each kernel twice (a compiling
 launch, then the one to read) on fresh inputs, eagerly and without PDL, so each can be profiled alone:
 
-    ncu --clock-control none -k regex:'gemv|router|pairs|gdn|paged|store_kv|qk_norm' --csv --page raw \\
+    ncu --clock-control none -k regex:'gemv|router|pairs|gdn|paged|qk_norm' --csv --page raw \\
         --metrics "$(python3 scripts/ncu_decode_kernels.py --metrics)" \\
         python3 scripts/ncu_decode_kernels.py > ncu.csv
     python3 scripts/ncu_decode_kernels.py --summarize ncu.csv
@@ -29,7 +29,7 @@ def launch_all() -> None:
     import torch
 
     os.environ["HYSERVE_PDL"] = "0"  # each kernel alone: no overlap with its neighbours to attribute
-    from hyserve.kernels import gdn_decode_step, qk_norm_rope, store_kv
+    from hyserve.kernels import gdn_decode_step
     from hyserve.kernels.attention.triton_decode import paged_decode
     from hyserve.kernels.gdn_decode_step.bench import step_inputs
     from hyserve.kernels.linear import gemv_plan
@@ -38,6 +38,7 @@ def launch_all() -> None:
     from hyserve.kernels.moe.configs import get_plan
     from hyserve.kernels.moe.routing import route_topk_fused
     from hyserve.kernels.moe.triton_pairs import down_pairs, gate_up_pairs
+    from hyserve.kernels.qk_norm_rope import qk_norm_rope_store
 
     dev, bf = "cuda", torch.bfloat16
     gen = torch.Generator(device=dev).manual_seed(0)
@@ -73,8 +74,8 @@ def launch_all() -> None:
         )
     for args in step_inputs(1, 2):
         gdn_decode_step(*args)
-    # attention at a ~640-token context: q/k norm + rope, the KV store, the split + reduce decode
-    hq, hk, d, page, ctx = 16, 2, 256, 16, 640
+    # attention at a ~640-token context: q/k norm + rope with the KV store (one kernel), the split + reduce decode
+    hq, hk, d, page, ctx, rot = 16, 2, 256, 16, 640, 64
     blocks = ctx // page + 1
     k_cache = rnd(blocks + 4, page, hk, d)
     v_cache = rnd(blocks + 4, page, hk, d)
@@ -82,13 +83,14 @@ def launch_all() -> None:
     seq_lens = torch.tensor([ctx], dtype=torch.int32, device=dev)
     cu = torch.tensor([0, 1], dtype=torch.int32, device=dev)
     slots = torch.tensor([ctx - 1], dtype=torch.int64, device=dev)
-    cos = torch.rand(1, 32, device=dev)
-    sin = torch.rand(1, 32, device=dev)
+    positions = torch.tensor([ctx - 1], dtype=torch.int64, device=dev)
+    cos = torch.rand(ctx, rot // 2, device=dev)
+    sin = torch.rand(ctx, rot // 2, device=dev)
     for _ in range(2):
-        q, k = qk_norm_rope(
-            rnd(1, hq, d), rnd(1, hk, d), rnd(d, scale=0.1), rnd(d, scale=0.1), 1e-6, cos, sin, 64
-        )
-        store_kv(k, rnd(1, hk, d), k_cache, v_cache, slots)
+        q = qk_norm_rope_store(
+            rnd(1, hq, d), rnd(1, hk, d), rnd(1, hk, d), rnd(d, scale=0.1), rnd(d, scale=0.1), 1e-6, cos, sin,
+            positions, rot, k_cache, v_cache, slots,
+        )  # fmt: skip
         paged_decode(q, k_cache, v_cache, cu, seq_lens, tables, d**-0.5, gate=rnd(1, hq, d), max_seq_len=ctx)
     torch.cuda.synchronize()
 

@@ -6,7 +6,7 @@ set -u
 source "$(dirname "$0")/common.sh"
 ncu --version | tail -n 1
 TAILN=20 run ncu 300 ncu --clock-control none --target-processes all \
-  -k regex:'gemv|router|pairs|gdn|paged|store_kv|qk_norm' --csv --page raw \
+  -k regex:'gemv|router|pairs|gdn|paged|qk_norm' --csv --page raw \
   --metrics "$(python3 scripts/ncu_decode_kernels.py --metrics)" python3 scripts/ncu_decode_kernels.py
 cp $W/ncu.log "$OUT/ncu.csv"
 python3 scripts/ncu_decode_kernels.py --summarize $W/ncu.log
