@@ -7,8 +7,8 @@ source "$(dirname "$0")/common.sh"
 for t in 1024 4096; do
   TAILN=0 run conv_$t 60 ncu --clock-control none --section SpeedOfLight -k regex:_conv_prefill_kernel \
     python3 scripts/ncu_prefill_kernels.py --tokens $t --conv-sweep
-  grep -E "^conv tile|Duration|DRAM Throughput" $W/conv_$t.log | paste - - - - - | awk '{print $0}' | cut -c1-200
-  grep -E "Duration" $W/conv_$t.log | awk 'NR % 2 == 0 {print "second launch", NR / 2, $NF, "us"}'
+  grep -E "^conv tile" $W/conv_$t.log
+  grep -E "Duration" $W/conv_$t.log | awk -v t=$t 'NR % 2 == 0 {print t, "tokens: tile", NR / 2, $NF, "us"}'
 done
 bash scripts/device/ncu.sh
 cp $W/conv_*.log "$OUT/"
