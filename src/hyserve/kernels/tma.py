@@ -26,3 +26,22 @@ def descriptor(t: torch.Tensor, block: list[int]):
     if t.data_ptr() % 16 or (t.stride(0) * t.element_size()) % 16 or (block[1] * t.element_size()) % 16:
         return None
     return TensorDescriptor.from_tensor(t, block)
+
+
+def _rows(w: torch.Tensor) -> torch.Tensor | None:
+    """[E, N, K] as [E*N, K] without a copy (or a 2-D w as it is); None where the experts' rows do not follow
+    each other in memory."""
+    if w.dim() == 2:
+        return w
+    return w.view(-1, w.shape[-1]) if w.stride(0) == w.shape[1] * w.stride(1) else None
+
+
+def expert_descriptors(w: torch.Tensor, shared: torch.Tensor, block: list[int]) -> tuple | None:
+    """Descriptors of the routed experts' weights [E, N, K] as one [E*N, K] matrix (expert e's row r is row
+    e*N + r) and of the shared expert's [N', K] (or another [E, N, K]), both with ``block`` boxes; None unless
+    both can be made."""
+    rows, shared_rows = _rows(w), _rows(shared)
+    if rows is None or shared_rows is None:
+        return None
+    descs = descriptor(rows, block), descriptor(shared_rows, block)
+    return descs if None not in descs else None

@@ -215,11 +215,7 @@ def gate_up(
         assert shared_gate_up.stride(1) == 1 and shared_gate_up.shape == (two_i, H)
     sg = shared_expert_gate if shared_expert_gate is not None else x
     grid = (triton.cdiv(inter, bi), max_blocks)
-    w_desc = sw_desc = None
-    if cfg.get("TMA") and block_m >= 16 and w_gate_up.is_contiguous():
-        w_desc = tma.descriptor(w_gate_up.view(E * two_i, H), [bi, bk])
-        sw_desc = tma.descriptor(sw.reshape(-1, H), [bi, bk])
-    use_tma = w_desc is not None and sw_desc is not None
+    descs = tma.expert_descriptors(w_gate_up, sw, [bi, bk]) if cfg.get("TMA") and block_m >= 16 else None
     stages = cfg.get("num_stages", 3)
     launch(
         _gate_up_kernel,
@@ -227,8 +223,7 @@ def gate_up(
         x,
         w_gate_up,
         sw,
-        w_desc if use_tma else w_gate_up,
-        sw_desc if use_tma else sw,
+        *(descs or (w_gate_up, sw)),
         sg,
         topk_weights,
         sorted_pairs,
@@ -252,7 +247,7 @@ def gate_up(
         HAS_SHARED_GATE=shared_expert_gate is not None and shared_gate_up is not None,
         USE_DOT=block_m >= 16,
         DOT_PREC=dot_precision(x.dtype),
-        TMA=use_tma,
+        TMA=descs is not None,
         STAGES=stages,
         num_warps=cfg.get("num_warps", 4),
         num_stages=stages,

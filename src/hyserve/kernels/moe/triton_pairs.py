@@ -346,20 +346,16 @@ def gate_up_pairs(
         "routed": (0, T * k_top),
     }[part]
     grid = (triton.cdiv(inter, cfg["BLOCK_I"]), count)
-    w_desc = sw_desc = None
-    if cfg.get("TMA") and w_gate_up.stride(0) == two_i * w_gate_up.stride(1):
-        box = [cfg["BLOCK_I"], cfg["BLOCK_K"]]
-        w_desc = tma.descriptor(w_gate_up.view(E * two_i, H), box)
-        sw_desc = tma.descriptor(sw if sw.dim() == 2 else sw.view(-1, H), box)
-    use_tma = w_desc is not None and sw_desc is not None
+    descs = (
+        tma.expert_descriptors(w_gate_up, sw, [cfg["BLOCK_I"], cfg["BLOCK_K"]]) if cfg.get("TMA") else None
+    )
     launch(
         _gate_up_pairs_kernel,
         grid,
         x,
         w_gate_up,
         sw,
-        w_desc if use_tma else w_gate_up,
-        sw_desc if use_tma else sw,
+        *(descs or (w_gate_up, sw)),
         sg,
         *route,
         h,
@@ -383,7 +379,7 @@ def gate_up_pairs(
         LATE_WAIT=part == "routed",
         FROM_LOGITS=logits is not None,
         ROUND=round_code(x.dtype),
-        TMA=int(cfg["TMA"]) if use_tma else 0,
+        TMA=int(cfg["TMA"]) if descs else 0,
         num_warps=cfg.get("num_warps", 4),
         num_stages=cfg.get("num_stages", 1),
     )

@@ -232,11 +232,7 @@ def down_scatter_sum(
     # one counter per (token, H-tile), zero between launches; a first allocation of 2^18 covers T = 16384 at
     # BLOCK_H 128 (H = 2048), so the prefill graphs' capture never has to grow it
     counters = ticket_counters("moe down sum", h.device, T * n_h, minimum=1 << 18) if fused else y
-    w_desc = sw_desc = None
-    if cfg.get("TMA") and w_down.is_contiguous():
-        w_desc = tma.descriptor(w_down.view(E * H, inter), [bh, bk])
-        sw_desc = tma.descriptor(sw.reshape(-1, inter), [bh, bk])
-    use_tma = w_desc is not None and sw_desc is not None
+    descs = tma.expert_descriptors(w_down, sw, [bh, bk]) if cfg.get("TMA") else None
     stages = cfg.get("num_stages", 3)
     launch(
         _down_kernel,
@@ -244,8 +240,7 @@ def down_scatter_sum(
         h,
         w_down,
         sw,
-        w_desc if use_tma else w_down,
-        sw_desc if use_tma else sw,
+        *(descs or (w_down, sw)),
         sorted_pairs,
         meta,
         y,
@@ -269,7 +264,7 @@ def down_scatter_sum(
         K_TOP=k_top,
         HAS_SHARED=has_shared,
         ADD_OUT=add_out,
-        TMA=use_tma,
+        TMA=descs is not None,
         STAGES=stages,
         num_warps=cfg.get("num_warps", 4),
         num_stages=stages,
