@@ -28,3 +28,21 @@ def test_descriptor_of_a_contiguous_weight() -> None:
 )
 def test_no_descriptor_where_tma_cannot_stream(make, block) -> None:
     assert tma.descriptor(make(), block) is None
+
+
+def test_expert_descriptors_flatten_the_experts() -> None:
+    """The routed experts [E, N, K] as one [E*N, K] matrix (no copy) beside the shared expert's [N', K]."""
+    w = torch.zeros(4, 32, 64, dtype=torch.bfloat16)
+    shared = torch.zeros(16, 64, dtype=torch.bfloat16)
+    descs = tma.expert_descriptors(w, shared, [8, 64])
+    assert descs is not None
+    assert list(descs[0].shape) == [128, 64] and descs[0].base.data_ptr() == w.data_ptr()
+    assert list(descs[1].shape) == [16, 64] and list(descs[1].block_shape) == [8, 64]
+
+
+def test_no_expert_descriptors_where_either_cannot_stream() -> None:
+    shared = torch.zeros(16, 64, dtype=torch.bfloat16)
+    gapped = torch.zeros(4, 48, 64, dtype=torch.bfloat16)[:, :32]  # experts' rows not back to back
+    assert tma.expert_descriptors(gapped, shared, [8, 64]) is None
+    w = torch.zeros(4, 32, 64, dtype=torch.bfloat16)
+    assert tma.expert_descriptors(w, shared[:, 1:], [8, 32]) is None  # the shared expert's base unaligned
