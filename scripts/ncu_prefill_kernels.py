@@ -6,8 +6,9 @@ Each op runs three times on one layer's fresh inputs at the model's shapes (32 v
     ncu --clock-control none --section SpeedOfLight --section Occupancy --section WarpStateStats \\
         -k regex:'_prepare_kernel|_state_output_kernel|_conv_prefill_kernel' python3 scripts/ncu_prefill_kernels.py
 
-``--conv-sweep`` instead launches the conv alone with each (BT, BD, warps) tile of ``CONV_TILES`` twice, in that order
-(printed), so the ncu durations of the second launches compare the tiles without host timing noise.
+``--conv-sweep`` instead launches the conv alone with each (BT, BD, warps) tile of ``CONV_TILES``, the interior blocks'
+fast path off then on, twice each, in that order (printed), so the ncu durations of the second launches compare them
+without host timing noise.
 """
 
 from __future__ import annotations
@@ -33,9 +34,15 @@ def main() -> None:
     conv_args = conv_bench.inputs([a.tokens])
     if a.conv_sweep:
         for bt, bd, nw in CONV_TILES:
-            print(f"conv tile BT={bt} BD={bd} warps={nw}: two launches", flush=True)
-            for _ in range(2):
-                causal_conv1d_prefill_triton(*conv_args, block_t=bt, block_d=bd, num_warps=nw)
+            for fast in (False, True):
+                print(
+                    f"conv tile BT={bt} BD={bd} warps={nw} interior fast path {int(fast)}: two launches",
+                    flush=True,
+                )
+                for _ in range(2):
+                    causal_conv1d_prefill_triton(
+                        *conv_args, block_t=bt, block_d=bd, num_warps=nw, interior_fast_path=fast
+                    )
         if torch.cuda.is_available():
             torch.cuda.synchronize()
         return

@@ -73,6 +73,8 @@ CASES = [
     ([1, 2, 3, 0, 70, 5], 40, 4, torch.float32, 16, 16),  # many blocks per sequence, ragged D tiles
     ([4, 1, 33], 24, 3, torch.float16, 8, 32),
     ([2, 7], 16, 2, torch.float32, 4, 16),
+    ([1, 9, 20], 32, 4, torch.float32, 4, 16),  # whole D tiles: interior blocks take the fast path
+    ([3, 13], 32, 5, torch.float32, 4, 32),  # block_t = width - 1: block 1's first tap is the first token
 ]
 if CUDA:
     CASES += [
@@ -93,6 +95,28 @@ def test_triton_matches_reference(lens, d, width, dtype, block_t, block_d):
     used = slots[torch.tensor(lens, device=slots.device) > 0]
     assert torch.equal(s_tri[used], s_ref[used])  # copies of inputs and old rows: exact
     assert _unused_equal(state, s_tri, used)
+
+
+@pytest.mark.parametrize("block_t", [4, 8, 16])
+def test_interior_fast_path_is_bit_identical(block_t):
+    """The interior blocks' unmasked path gives the general path's output bit for bit, and the same state."""
+    x, weight, state, cu, slots, init = _inputs([1, 9, 20, 6], 32, 4, torch.float32)
+    outs, states = [], []
+    for fast in (True, False):
+        s = state.clone()
+        outs.append(
+            causal_conv1d_prefill_triton(
+                x, weight, s, cu, slots, init, block_t=block_t, block_d=16, interior_fast_path=fast
+            )
+        )
+        states.append(s)
+    assert torch.equal(outs[0], outs[1]) and torch.equal(states[0], states[1])
+
+
+def test_block_shorter_than_the_window_is_refused():
+    x, weight, state, cu, slots, init = _inputs([5], 16, 4, torch.float32)
+    with pytest.raises(ValueError, match="block_t must be at least"):
+        causal_conv1d_prefill_triton(x, weight, state, cu, slots, init, block_t=2)
 
 
 def test_dispatch(monkeypatch):

@@ -8,6 +8,12 @@ T/BT + N and each program finds its (sequence, block) from cu_seqlens in registe
 cumsum), programs past the last block exit. A program computes y[t] = sum_w weight[:, w] * in[t-W+1+w]
 as W shifted [BT, BD] loads (they overlap, L1/L2 serve the repeats), each row pointing into x or, for
 positions before the sequence start, into the slot (has_initial_state) or masked to zero; SiLU in fp32.
+A block whose taps all lie inside its sequence, with D a multiple of BD (every block of a long prompt but the
+first and the last), loads the W shifted tiles straight from x with no row select and no masks: the same
+values in the same order, so the output is bit-identical (``interior_fast_path=False`` turns it off). The
+general path's per-element selects and masks made the kernel instruction-bound (H200, 1024 tokens: SM 53%,
+DRAM 19%, 19.9 us for ~8 us of bytes; docs/performance.md); the fast path is not yet timed there.
+BT must be at least W - 1 (see below).
 
 Conv state: the new state is the last W-1 inputs of (history ++ tokens), so for a sequence shorter than
 W-1 it still holds old history rows. Only the first block of a sequence reads the history, so that
@@ -27,7 +33,7 @@ _CONFIG = {"BT": 32, "BD": 128, "num_warps": 4}
 @triton.jit(do_not_specialize=["N"])  # the sequence count changes every step: one variant for all
 def _conv_prefill_kernel(
     x_ptr, w_ptr, cs_ptr, cu_ptr, idx_ptr, init_ptr, out_ptr, N, D, stride_xt, stride_ot,
-    W: tl.constexpr, BT: tl.constexpr, BD: tl.constexpr, BN: tl.constexpr,
+    W: tl.constexpr, BT: tl.constexpr, BD: tl.constexpr, BN: tl.constexpr, EVEN_D: tl.constexpr, FAST: tl.constexpr,
 ):  # fmt: skip
     pid = tl.program_id(0)
     i_d = tl.program_id(1)
@@ -53,15 +59,24 @@ def _conv_prefill_kernel(
     mc = cols < D
     s_base = cs_ptr + slot * (W - 1) * D
     acc = tl.zeros((BT, BD), tl.float32)
-    for w in tl.static_range(W):
-        p = rows - (W - 1) + w  # input position of tap w
-        hist_row = p - start + (W - 1)  # row of the old state for positions before the start
-        # one load per tap: row pointers into x, or into the slot for positions before the start
-        row_ptr = tl.where(p >= start, x_ptr + p.to(tl.int64) * stride_xt, s_base + hist_row * D)
-        ok_row = mr & ((p >= start) | (hist_row < n_hist))
-        xin = tl.load(row_ptr[:, None] + cols[None, :], mask=ok_row[:, None] & mc[None, :], other=0.0)
-        wt = tl.load(w_ptr + cols * W + w, mask=mc, other=0.0).to(tl.float32)
-        acc += xin.to(tl.float32) * wt[None, :]
+    # a block whose taps all lie inside its sequence, whole D tiles: plain shifted tiles of x (module docstring)
+    interior = (blk * BT >= W - 1) & (start + blk * BT + BT <= end)
+    if interior & FAST & EVEN_D:
+        base = x_ptr + rows.to(tl.int64)[:, None] * stride_xt + cols[None, :]
+        for w in tl.static_range(W):
+            xin = tl.load(base + (w - (W - 1)) * stride_xt)
+            wt = tl.load(w_ptr + cols * W + w).to(tl.float32)
+            acc += xin.to(tl.float32) * wt[None, :]
+    else:
+        for w in tl.static_range(W):
+            p = rows - (W - 1) + w  # input position of tap w
+            hist_row = p - start + (W - 1)  # row of the old state for positions before the start
+            # one load per tap: row pointers into x, or into the slot for positions before the start
+            row_ptr = tl.where(p >= start, x_ptr + p.to(tl.int64) * stride_xt, s_base + hist_row * D)
+            ok_row = mr & ((p >= start) | (hist_row < n_hist))
+            xin = tl.load(row_ptr[:, None] + cols[None, :], mask=ok_row[:, None] & mc[None, :], other=0.0)
+            wt = tl.load(w_ptr + cols * W + w, mask=mc, other=0.0).to(tl.float32)
+            acc += xin.to(tl.float32) * wt[None, :]
     y = acc * tl.sigmoid(acc)
     tl.store(
         out_ptr + rows.to(tl.int64)[:, None] * stride_ot + cols[None, :],
@@ -103,9 +118,11 @@ def causal_conv1d_prefill_triton(
     block_d: int | None = None,
     num_warps: int | None = None,
     out: torch.Tensor | None = None,
+    interior_fast_path: bool = True,
 ) -> torch.Tensor:
     """Same contract as ``causal_conv1d_prefill_reference``; the keyword arguments override the config,
-    ``out`` [T, D] (last dim contiguous) receives the result (else allocated)."""
+    ``out`` [T, D] (last dim contiguous) receives the result (else allocated). ``interior_fast_path=False``
+    sends every block through the general path (A/B timing; the output is bit-identical)."""
     t, d = x.shape
     width = weight.shape[-1]
     n = state_indices.shape[0]
@@ -117,11 +134,14 @@ def causal_conv1d_prefill_triton(
     weight = weight.reshape(d, width)
     weight = weight if weight.is_contiguous() else weight.contiguous()
     bt = block_t or _CONFIG["BT"]
+    if bt < width - 1:  # block 1 would read history rows that block 0 is overwriting with the new state
+        raise ValueError(f"block_t must be at least the conv width - 1 = {width - 1}, got {bt}")
     bd = min(block_d or _CONFIG["BD"], triton.next_power_of_2(d))
     bn = max(64, triton.next_power_of_2(n))  # one variant for up to 64 sequences (no compile mid-serving)
     _conv_prefill_kernel[(triton.cdiv(t, bt) + n, triton.cdiv(d, bd))](
         x, weight, conv_state, cu_seqlens, state_indices, _as_int8(has_initial_state), out,
         n, d, x.stride(0), out.stride(0),
-        W=width, BT=bt, BD=bd, BN=bn, num_warps=num_warps or _CONFIG["num_warps"],
+        W=width, BT=bt, BD=bd, BN=bn, EVEN_D=d % bd == 0, FAST=interior_fast_path,
+        num_warps=num_warps or _CONFIG["num_warps"],
     )  # fmt: skip
     return out

@@ -138,8 +138,9 @@ def main() -> None:
         "out_ptr": BF,
     }
     c = conv._CONFIG
-    build(conv._conv_prefill_kernel, conv_types, dict(W=4, BT=c["BT"], BD=c["BD"], BN=16), c["num_warps"],
-          label=f"conv prefill BT={c['BT']} BD={c['BD']}")  # fmt: skip
+    for fast in (False, True):  # the interior blocks' unmasked path off and on
+        build(conv._conv_prefill_kernel, conv_types, dict(W=4, BT=c["BT"], BD=c["BD"], BN=16, EVEN_D=True, FAST=fast),
+              c["num_warps"], label=f"conv prefill BT={c['BT']} BD={c['BD']} fast={int(fast)}")  # fmt: skip
     if FAILED:
         raise SystemExit(f"{len(FAILED)} kernel(s) did not compile: {', '.join(FAILED)}")
 
