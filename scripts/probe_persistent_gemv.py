@@ -33,6 +33,7 @@ import torch
 import triton
 import triton.language as tl
 
+from hyserve.kernels.gated_delta_rule.bench import time_ms
 from hyserve.kernels.linear.triton_kernel import gemv_triton
 
 INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
@@ -144,34 +145,12 @@ def resident_programs(block_n: int, block_k: int, dtype: torch.dtype, device: to
     return min(by_regs, by_smem, 16)
 
 
-def time_graph(fn, reps: int) -> float:
-    """ms per call of ``fn`` replayed from a CUDA graph (median of 5 batches of ``reps``)."""
-    fn()
-    torch.cuda.synchronize()
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        fn()
-    g.replay()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(5):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        for _ in range(reps):
-            g.replay()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) / reps)
-    return sorted(times)[2]
-
-
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--layers", type=int, default=40)
     ap.add_argument("--programs-per-sm", type=int, default=4)
     ap.add_argument("--block-n", type=int, default=2)
     ap.add_argument("--block-k", type=int, default=1024)
-    ap.add_argument("--reps", type=int, default=20)
     a = ap.parse_args()
     if INTERPRET:
         dev, dtype, n0, k0, n_layers, a.block_k = torch.device("cpu"), torch.float32, 16, 32, 3, 16
@@ -222,7 +201,7 @@ def main() -> None:
     print(f"{n_layers} GEMVs of {nbytes / 1e6:.1f} MB, grid {grid} for the persistent kernel")
     base = None
     for name, fn in variants.items():
-        us = time_graph(fn, a.reps) * 1e3 / n_layers
+        us = time_ms(fn) * 1e3 / n_layers  # CUDA-graph replay, median
         base = us if base is None else base
         print(
             f"{name:20s} {us:7.2f} us a GEMV  {nbytes / us / 1e3:7.1f} GB/s  {us - base:+6.2f} us against launches"
