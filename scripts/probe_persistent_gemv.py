@@ -151,11 +151,13 @@ def main() -> None:
     ap.add_argument("--programs-per-sm", type=int, default=4)
     ap.add_argument("--block-n", type=int, default=2)
     ap.add_argument("--block-k", type=int, default=1024)
+    ap.add_argument("--shape", default="2048x4096", help="N0xK0 of the even GEMVs (tiny: the boundary alone)")
     a = ap.parse_args()
+    n0, k0 = (int(v) for v in a.shape.split("x"))
     if INTERPRET:
         dev, dtype, n0, k0, n_layers, a.block_k = torch.device("cpu"), torch.float32, 16, 32, 3, 16
     else:
-        dev, dtype, n0, k0, n_layers = torch.device("cuda"), torch.bfloat16, 2048, 4096, a.layers
+        dev, dtype, n_layers = torch.device("cuda"), torch.bfloat16, a.layers
     gen = torch.Generator(device=dev).manual_seed(0)
     w_all = torch.empty(n_layers * n0 * k0, dtype=dtype, device=dev)
     weights = []
