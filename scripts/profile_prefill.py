@@ -2,7 +2,7 @@
 on an idle engine, ``max_tokens=1``, timed from ``add_request`` to its output (median of ``--reps``),
 then one more run under ``torch.profiler``: kernel time by name.
 
-usage: python scripts/profile_prefill.py --model DIR [--load-format dummy] [--prompt-lens 128,1024,4096]
+usage: python scripts/profile_prefill.py --model DIR [--load-format dummy] [--prompt-lens 128,1024,4096] [--gap-ms 20]
 """
 
 from __future__ import annotations
@@ -30,6 +30,15 @@ def _prefill(engine, prompt: list[int], tag: str) -> float:
     return time.perf_counter() - t0
 
 
+def _idle_then_prefill(engine, prompt: list[int], tag: str, gap_ms: float) -> float:
+    """``_prefill`` after ``gap_ms`` of an idle GPU (synchronised first, so the gap is idle time)."""
+    if gap_ms > 0:
+        if torch.cuda.is_available():
+            torch.cuda.synchronize()
+        time.sleep(gap_ms / 1e3)
+    return _prefill(engine, prompt, tag)
+
+
 def _host_profile(engine, prompt: list[int], n: int, top: int) -> None:
     """cProfile of one prefill: where the host's time goes (launch overhead of the eager step)."""
     import cProfile
@@ -52,6 +61,12 @@ def main() -> None:
     parser.add_argument("--reps", type=int, default=5)
     parser.add_argument("--top", type=int, default=18, help="kernel names to list per prompt length")
     parser.add_argument("--cprofile", action="store_true", help="also the host's Python time by function")
+    parser.add_argument(
+        "--gap-ms",
+        type=float,
+        default=0.0,
+        help="idle time before each timed prefill (the bench's gaps: GPU clocks)",
+    )
     ns = parser.parse_args()
     engine = LLM.from_engine_args(engine_args_from(ns)).engine
     gen = torch.Generator().manual_seed(0)
@@ -60,7 +75,10 @@ def main() -> None:
     for n in [int(x) for x in ns.prompt_lens.split(",")]:
         prompts = [torch.randint(0, high, (n,), generator=gen).tolist() for _ in range(ns.reps + 2)]
         _prefill(engine, prompts[0], f"warm-{n}")
-        ms = statistics.median(_prefill(engine, p, f"p{n}-{i}") for i, p in enumerate(prompts[1:-1])) * 1e3
+        ms = statistics.median(
+            _idle_then_prefill(engine, p, f"p{n}-{i}", ns.gap_ms) for i, p in enumerate(prompts[1:-1])
+        )
+        ms *= 1e3
         with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
             _prefill(engine, prompts[-1], f"prof-{n}")
         rows = kernel_times(prof, 1)
