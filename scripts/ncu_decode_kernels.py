@@ -36,7 +36,7 @@ def launch_all() -> None:
     from hyserve.kernels.linear.triton_kernel import gemv_triton
     from hyserve.kernels.moe.bench import make_layer, make_x
     from hyserve.kernels.moe.configs import get_plan
-    from hyserve.kernels.moe.routing import route_topk_fused
+    from hyserve.kernels.moe.router import route_topk_fused
     from hyserve.kernels.moe.triton_pairs import down_pairs, gate_up_pairs
     from hyserve.kernels.qk_norm_rope import qk_norm_rope_store
 

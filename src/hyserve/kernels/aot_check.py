@@ -21,7 +21,7 @@ from hyserve.kernels.attention import triton_store_kv as store_kv
 from hyserve.kernels.gated_delta_rule.aot_check import BF, F32, FAILED, build
 from hyserve.kernels.linear import _plans
 from hyserve.kernels.linear import triton_kernel as gemv
-from hyserve.kernels.moe import routing, triton_decode, triton_gate_up, triton_pairs, triton_prefill
+from hyserve.kernels.moe import router, triton_decode, triton_gate_up, triton_pairs, triton_prefill
 from hyserve.kernels.moe.configs import get_plan
 from hyserve.kernels.qk_norm_rope import triton_kernel as qk_rope
 from hyserve.kernels.rmsnorm import triton_kernel as rmsnorm
@@ -59,7 +59,7 @@ def main() -> None:
     for norm, route in ((False, True), (True, True), (True, False)):
         consts = dict(K=8, KP=8, TP=1, EP=256, BE=be, BK=8192 // be, BLOCK_M=16, ROUND=1, HAS_SHARED=False,
                       USE_DOT=False, DOT_PREC="tf32", GROUP=False, HAS_NORM=norm, ROUTE=route, USE_PDL=True)  # fmt: skip
-        build(routing._router_route_kernel, router_types, consts, 4, 1,
+        build(router._router_route_kernel, router_types, consts, 4, 1,
               label=f"router T=1 norm={int(norm)} route={int(route)}")  # fmt: skip
     gu = plan["gate_up"]
     gu_types = {

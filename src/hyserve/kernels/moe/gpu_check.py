@@ -63,7 +63,8 @@ def main() -> int:
     from hyserve.kernels.moe import bench, fused_moe, workspace
     from hyserve.kernels.moe.configs import config_path, fit_plan, get_plan
     from hyserve.kernels.moe.reference import fused_moe_reference, route_reference
-    from hyserve.kernels.moe.routing import route_and_align, route_and_align_fused
+    from hyserve.kernels.moe.router import route_and_align_fused
+    from hyserve.kernels.moe.routing import route_and_align
     from hyserve.kernels.moe.triton_moe import fused_moe_triton
 
     t_start = time.time()

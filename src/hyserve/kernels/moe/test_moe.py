@@ -212,13 +212,13 @@ ROUTING_CASES = [(T, mode) for T in (1, 33, 100) for mode in ("small", "split", 
 
 @pytest.mark.parametrize("T,mode", [*ROUTING_CASES, (300, "large")])
 def test_routing_and_grouping(T: int, mode: str) -> None:
-    from hyserve.kernels.moe import routing
+    from hyserve.kernels.moe import router, routing
 
     E, top_k, bm = 8, 3, 4
     d = make_inputs(T, **SMALL, dead=2, seed=T)
     if mode == "fused":
-        rt = routing.route_and_align_fused(d["x"], d["gate_weight"], top_k, bm, True)
-        assert int(routing._counter(d["x"].device).item()) == 0  # reset for the next launch
+        rt = router.route_and_align_fused(d["x"], d["gate_weight"], top_k, bm, True)
+        assert int(router._counter(d["x"].device).item()) == 0  # reset for the next launch
     else:
         logits = torch.nn.functional.linear(d["x"], d["gate_weight"])
         rt = routing.route_and_align(
@@ -240,13 +240,13 @@ def test_routing_and_grouping(T: int, mode: str) -> None:
 
 @pytest.mark.parametrize("block_e", [None, 4])
 def test_route_topk_fused(block_e: int | None) -> None:
-    from hyserve.kernels.moe import routing
+    from hyserve.kernels.moe import router
 
     d = make_inputs(3, **SMALL, seed=11)
-    rt = routing.route_topk_fused(d["x"], d["gate_weight"], 3, block_e)
+    rt = router.route_topk_fused(d["x"], d["gate_weight"], 3, block_e)
     ids, w = rt.topk_ids, rt.topk_weights
     assert rt.normed_x is None
-    assert int(routing._counter(d["x"].device).item()) == 0
+    assert int(router._counter(d["x"].device).item()) == 0
     w_ref, ids_ref = route_reference(d["x"], d["gate_weight"], 3)
     assert torch.equal(ids.long(), ids_ref)
     torch.testing.assert_close(w, w_ref.float(), rtol=1e-5, atol=1e-6)
@@ -256,14 +256,14 @@ def test_router_counter_is_made_once_per_device_and_never_inside_a_capture(monke
     """A counter first allocated during a CUDA-graph capture lives in the graphs' shared pool, where other
     graphs' temporaries overwrite it (H200: an illegal address at batch 1 after a c=32 run)."""
     from hyserve.kernels import tickets
-    from hyserve.kernels.moe import routing
+    from hyserve.kernels.moe import router
 
     monkeypatch.setattr(tickets, "_COUNTERS", {})
     cpu = torch.device("cpu")
-    assert routing._counter(cpu) is routing._counter(cpu)
+    assert router._counter(cpu) is router._counter(cpu)
     monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: True)
     with pytest.raises(RuntimeError, match="before CUDA-graph capture"):
-        routing._counter(torch.device("cuda", 0))
+        router._counter(torch.device("cuda", 0))
 
 
 def test_route_topk_only() -> None:
@@ -420,7 +420,7 @@ def test_pairs_routing_operands_are_checked() -> None:
 
 
 def test_fused_router_stores_the_normed_x() -> None:
-    from hyserve.kernels.moe import routing
+    from hyserve.kernels.moe import router
     from hyserve.kernels.rmsnorm.reference import rms_norm_reference
 
     for T, H, block_e in (
@@ -430,7 +430,7 @@ def test_fused_router_stores_the_normed_x() -> None:
         d = make_inputs(T, E=8, H=H, I=40, device=DEV, seed=T)
         norm_w = torch.randn(H, generator=torch.Generator().manual_seed(1)).to(DEV) * 0.3
         x = d["x"] * 2.0
-        rt = routing.route_topk_fused(x, d["gate_weight"], 3, block_e, norm_w, 1e-6)
+        rt = router.route_topk_fused(x, d["gate_weight"], 3, block_e, norm_w, 1e-6)
         xn = rms_norm_reference(x, norm_w, 1e-6)
         torch.testing.assert_close(rt.normed_x, xn, rtol=1e-5, atol=1e-6)
         w_ref, ids_ref = route_reference(xn, d["gate_weight"], 3)

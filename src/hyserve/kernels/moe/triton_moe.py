@@ -33,14 +33,8 @@ import torch.nn.functional as F
 
 from hyserve.kernels.activation.reference import silu_and_mul_reference
 from hyserve.kernels.moe.configs import get_plan
-from hyserve.kernels.moe.routing import (
-    route_and_align,
-    route_and_align_fused,
-    route_topk,
-    route_topk_fused,
-    router_logits_fused,
-    small_routing,
-)
+from hyserve.kernels.moe.router import route_and_align_fused, route_topk_fused, router_logits_fused
+from hyserve.kernels.moe.routing import route_and_align, route_topk, small_routing
 from hyserve.kernels.moe.triton_decode import MAX_REDUCE_TOKENS, down_reduce
 from hyserve.kernels.moe.triton_gate_up import gate_up
 from hyserve.kernels.moe.triton_pairs import down_pairs, gate_up_pairs

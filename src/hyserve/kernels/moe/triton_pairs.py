@@ -15,9 +15,9 @@ front of the weight stream of every program. Here the only dependent load is the
   ``out[t] = sum_j h[t*k+j] @ W_down[e_j]^T + h[N+t] @ shared_down^T``. Deterministic, no atomics.
 
 A pair that repeats an expert of another token re-reads its weights: the plan takes this path only where
-that is rare (``configs``: ``"down_mode": "pairs"``). Routing: ``routing.route_topk_fused`` (ids and
+that is rare (``configs``: ``"down_mode": "pairs"``). Routing: ``router.route_topk_fused`` (ids and
 weights only), or (``logits=``, the plan's ``topk_in_experts``) the router's logits alone
-(``routing.router_logits_fused``), from which each program takes its token's top-k itself
+(``router.router_logits_fused``), from which each program takes its token's top-k itself
 (``routing.token_topk``, the same function the router's last program would run): the gate_up kernel after its
 PDL wait, the down kernel before it (the router ran two launches back). That takes the router's ticket (an
 acq_rel round trip), its last program's logit reload and the ids' store and reload off the path from the
@@ -315,7 +315,7 @@ def gate_up_pairs(
 ) -> torch.Tensor:
     """-> h [T*k + T, I] (rows T*k.. for the shared expert, unused without one). The routing: ``topk_ids`` /
     ``topk_weights`` [T, k], or (both None) the router's ``logits`` [TP, EP] fp32 from
-    ``routing.router_logits_fused`` and ``top_k``. cfg: BLOCK_I, BLOCK_K,
+    ``router.router_logits_fused`` and ``top_k``. cfg: BLOCK_I, BLOCK_K,
     num_warps, and two options (default off; ``moe.bench --pairs`` times them): REDUCE_EACH (reduce the
     products over K every tile instead of once at the end: fewer registers, more programs resident) and
     PREFETCH (load the next tiles before multiplying this one: two tiles in flight a program); TMA (a stage

@@ -172,7 +172,8 @@ def make_x(T: int, init: bool) -> torch.Tensor:
 
 
 def route(layer: dict, x: torch.Tensor, bm: int, fused: bool = False, large: bool = False):
-    from hyserve.kernels.moe.routing import route_and_align, route_and_align_fused
+    from hyserve.kernels.moe.router import route_and_align_fused
+    from hyserve.kernels.moe.routing import route_and_align
 
     if fused:
         return route_and_align_fused(x, layer["gate_weight"], TOP_K, bm, True)
@@ -208,7 +209,8 @@ def run_down(kind: str, layer: dict, h: torch.Tensor, rt, bm: int, T: int, cfg: 
 
 def topk_pairs(layer: dict, x: torch.Tensor, block_e: int | None = None):
     """(ids, weights) of the pairs path: fused router (block_e experts per program) or cuBLAS + top-k."""
-    from hyserve.kernels.moe.routing import route_topk, route_topk_fused
+    from hyserve.kernels.moe.router import route_topk_fused
+    from hyserve.kernels.moe.routing import route_topk
 
     if block_e:
         rt = route_topk_fused(x, layer["gate_weight"], TOP_K, block_e)
