@@ -75,10 +75,9 @@ def main() -> None:
     for n in [int(x) for x in ns.prompt_lens.split(",")]:
         prompts = [torch.randint(0, high, (n,), generator=gen).tolist() for _ in range(ns.reps + 2)]
         _prefill(engine, prompts[0], f"warm-{n}")
-        ms = statistics.median(
+        ms = 1e3 * statistics.median(
             _idle_then_prefill(engine, p, f"p{n}-{i}", ns.gap_ms) for i, p in enumerate(prompts[1:-1])
         )
-        ms *= 1e3
         with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
             _prefill(engine, prompts[-1], f"prof-{n}")
         rows = kernel_times(prof, 1)

@@ -13,8 +13,8 @@ first and the last), loads the W shifted tiles straight from x with no row selec
 values in the same order, so the output is bit-identical (``interior_fast_path=False`` turns it off). The
 general path's per-element selects and masks made the kernel instruction-bound (H200, 1024 tokens: SM 53%,
 DRAM 19%, 19.9 us for ~8 us of bytes; docs/performance.md); with the fast path the plan's tile (BT 32, BD 128,
-4 warps) takes 17.5 us at 1024 tokens (19.1 without) and 55.8 us at 4096 (63.3), the fastest of the seven tiles
-``scripts/ncu_prefill_kernels.py --conv-sweep`` tries. BT must be at least W - 1 (see below).
+4 warps) takes 17.5 us at 1024 tokens (19.1 without) and 55.8 us at 4096 (63.3), the fastest of the six tiles
+``scripts/ncu_prefill_kernels.py --conv-sweep`` timed both ways. BT must be at least W - 1 (see below).
 
 Conv state: the new state is the last W-1 inputs of (history ++ tokens), so for a sequence shorter than
 W-1 it still holds old history rows. Only the first block of a sequence reads the history, so that
