@@ -39,6 +39,13 @@ def add_engine_arguments(parser: argparse.ArgumentParser, model_required: bool =
         "--max-model-len), or 'none'",
     )
     g.add_argument(
+        "--no-greedy-screen",
+        dest="greedy_screen",
+        action="store_false",
+        help="decode greedy requests through the full LM head's logits (default on CUDA: an int8 screen of the "
+        "head, then the exact logits of the few rows that can win; same tokens, half the head's bytes)",
+    )
+    g.add_argument(
         "--no-warmup",
         dest="warmup",
         action="store_false",
@@ -66,6 +73,7 @@ def engine_args_from(ns: argparse.Namespace) -> EngineArgs:
         cuda_graph_sizes=_sizes(ns.cuda_graph_sizes, "--cuda-graph-sizes"),
         prefill_graph_sizes=_prefill_sizes(ns.prefill_graph_sizes),
         warmup=ns.warmup,
+        greedy_screen=ns.greedy_screen,
     )
 
 

@@ -3,6 +3,10 @@
 A decode step launches ~10 kernels per layer; replaying a captured graph removes the launch gaps that
 otherwise dominate at small batches. Batches are padded up to the next captured size: padded rows read
 and write only the spare KV block and state slot that ``allocate_cache`` reserves, and store no KV.
+
+When the LM head has a greedy screen (``layers/lm_head.py``), the sizes it takes (<= 8) also get a greedy-only
+graph: the same step ending in the greedy token without the logits, which a step of plain greedy requests
+(no logprobs, penalties or min_tokens) replays instead.
 """
 
 from __future__ import annotations
@@ -30,7 +34,7 @@ def capture_sizes(max_num_seqs: int) -> list[int]:
 @dataclass
 class _Captured:
     graph: torch.cuda.CUDAGraph
-    logits: torch.Tensor  # [size, V] fp32, written by the replay
+    logits: torch.Tensor | None  # [size, V] fp32, written by the replay; None in a greedy-only graph
     greedy: torch.Tensor  # [size] int64 argmax of the logits
 
 
@@ -82,6 +86,7 @@ class DecodeGraphs(GraphSet):
         self.has_initial = torch.ones(n, dtype=torch.bool, device=device)
         self.logits_indices = torch.arange(n, dtype=torch.long, device=device)
         self.graphs: dict[int, _Captured] = {}
+        self.greedy_graphs: dict[int, _Captured] = {}
 
     def _batch(self, size: int) -> ForwardBatch:
         return ForwardBatch(
@@ -101,6 +106,18 @@ class DecodeGraphs(GraphSet):
         hidden = self.model(self._batch(size), self.cache)
         return self.model.compute_logits_and_greedy(hidden)
 
+    def _greedy_step(self, size: int) -> tuple[None, torch.Tensor]:
+        hidden = self.model(self._batch(size), self.cache)
+        return None, self.model.compute_greedy(hidden)
+
+    def _greedy_sizes(self) -> list[int]:
+        head = getattr(self.model, "lm_head", None)
+        if not getattr(head, "screens", False):
+            return []
+        from hyserve.kernels.greedy_head import MAX_ROWS
+
+        return [s for s in self.sizes if s <= MAX_ROWS]
+
     def _pad_inputs(self) -> None:
         """Every row points at the spare block and slot: safe inputs for warm-up and capture."""
         self.rows.zero_()
@@ -112,20 +129,26 @@ class DecodeGraphs(GraphSet):
     @torch.inference_mode()
     def capture(self, progress: bool = True) -> None:
         self._pad_inputs()
-        for size in self.sizes:  # compile every kernel variant outside the capture
-            self._step(size)
+        steps = [(size, self._step, self.graphs) for size in self.sizes]
+        steps += [(size, self._greedy_step, self.greedy_graphs) for size in self._greedy_sizes()]
+        for size, step, _ in steps:  # compile every kernel variant outside the capture
+            step(size)
         torch.cuda.synchronize(self.device)
-        for size in tqdm(
-            sorted(self.sizes, reverse=True), desc="Capturing CUDA graphs", disable=not progress
+        for size, step, graphs in tqdm(
+            sorted(steps, key=lambda s: -s[0]), desc="Capturing CUDA graphs", disable=not progress
         ):
             graph = torch.cuda.CUDAGraph()
             with torch.cuda.graph(graph, pool=self.pool):
-                logits, greedy = self._step(size)
+                logits, greedy = step(size)
             if self.pool is None:
                 self.pool = graph.pool()
-            self.graphs[size] = _Captured(graph, logits, greedy)
+            graphs[size] = _Captured(graph, logits, greedy)
         torch.cuda.synchronize(self.device)
-        log.info("captured decode CUDA graphs for batch sizes %s", self.sizes)
+        log.info(
+            "captured decode CUDA graphs for batch sizes %s (greedy-only: %s)",
+            self.sizes,
+            sorted(self.greedy_graphs),
+        )
 
     def bucket(self, n: int) -> int | None:
         return next((s for s in self.sizes if s >= n), None)
@@ -135,10 +158,11 @@ class DecodeGraphs(GraphSet):
 
     @torch.inference_mode()
     def run(
-        self, out: SchedulerOutput, input_tokens: torch.Tensor | None = None
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Replay for a decode-only step; returns (logits [n, V] fp32, greedy tokens [n]) views.
-        ``input_tokens`` [n] (device) replaces the host's input ids (a step launched ahead)."""
+        self, out: SchedulerOutput, input_tokens: torch.Tensor | None = None, greedy_only: bool = False
+    ) -> tuple[torch.Tensor | None, torch.Tensor]:
+        """Replay for a decode-only step; returns (logits [n, V] fp32, greedy tokens [n]) views, the logits None
+        when ``greedy_only`` found a greedy-only graph of that size. ``input_tokens`` [n] (device) replaces the
+        host's input ids (a step launched ahead)."""
         n = len(out.scheduled)
         size = self.bucket(n)
         turn, self.turn = self.turn, 1 - self.turn
@@ -159,9 +183,10 @@ class DecodeGraphs(GraphSet):
         self.seq_lens32[:size].copy_(self.rows[3, :size])
         self.tables[:size].copy_(host_tables[:size], non_blocking=True)
         self.copied[turn].record()
-        captured = self.graphs[size]
+        captured = (greedy_only and self.greedy_graphs.get(size)) or self.graphs[size]
         captured.graph.replay()
-        return captured.logits[:n], captured.greedy[:n]
+        logits = None if captured.logits is None else captured.logits[:n]
+        return logits, captured.greedy[:n]
 
 
 def stage_decode_inputs(

@@ -242,11 +242,11 @@ class ModelRunner:
     def _launch_graph(
         self, out: SchedulerOutput, input_tokens: torch.Tensor | None, offset: int
     ) -> PendingStep:
-        logits, greedy = self.graphs.run(out, input_tokens)
         seqs = [e.seq for e in out.scheduled]
         plain = all(
             s.params.greedy and s.params.logprobs is None and not writes_logits(s, offset) for s in seqs
         )
+        logits, greedy = self.graphs.run(out, input_tokens, greedy_only=plain)
         # The benchmark case: the argmax came out of the graph. Copy it out of the graph's output buffer, which
         # the next replay (possibly launched before the host reads this one) overwrites.
         sampled = DeviceSample(greedy.clone()) if plain else self._sample(logits, seqs, offset)

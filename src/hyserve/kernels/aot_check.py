@@ -19,6 +19,7 @@ from hyserve.kernels.argmax import triton_kernel as argmax
 from hyserve.kernels.attention import triton_decode as attn
 from hyserve.kernels.attention import triton_store_kv as store_kv
 from hyserve.kernels.gated_delta_rule.aot_check import BF, F32, FAILED, build
+from hyserve.kernels.greedy_head import triton_kernel as greedy
 from hyserve.kernels.linear import _plans
 from hyserve.kernels.linear import triton_kernel as gemv
 from hyserve.kernels.moe import router, triton_decode, triton_gate_up, triton_pairs, triton_prefill
@@ -164,6 +165,16 @@ def main() -> None:
     am_types = {"x_ptr": BF, "out_ptr": F32, "partial_ptr": "*i64", "ids_ptr": "*i64", "counter_ptr": I32}
     build(argmax._logits_argmax_kernel, am_types, dict(BLOCK=argmax.BLOCK, S_PAD=128, USE_PDL=True), 4, 1,
           label="logits_argmax")  # fmt: skip
+    screen_types = {"q_ptr": "*i8", "scale_ptr": F32, "radius_ptr": F32, "x_ptr": BF, "upper_ptr": F32,
+                    "lower_max_ptr": I32}  # fmt: skip
+    for rows, (block_v, block_k, warps, dot) in greedy.SCREEN_PLAN.items():
+        build(greedy._screen_kernel, screen_types, dict(BLOCK_V=block_v, BLOCK_K=block_k, N_PAD=16 if dot else rows,
+              DOT=dot, USE_PDL=True), warps, 1, label=f"greedy screen N<={rows} dot={int(dot)}")  # fmt: skip
+    block_r, sub, block_k, warps = greedy.SELECT_PLAN
+    select_types = {"w_ptr": BF, "x_ptr": BF, "upper_ptr": F32, "lower_max_ptr": I32, "best_ptr": "*i64",
+                    "counter_ptr": I32, "ids_ptr": "*i64", "count_ptr": "*i64"}  # fmt: skip
+    build(greedy._select_kernel, select_types, dict(BLOCK_R=block_r, SUB=sub, BLOCK_K=block_k, COUNT=False,
+          USE_PDL=True), warps, 1, label="greedy select")  # fmt: skip
     if FAILED:
         raise SystemExit(f"{len(FAILED)} kernel(s) did not compile: {', '.join(FAILED)}")
 

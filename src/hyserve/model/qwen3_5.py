@@ -17,7 +17,7 @@ from torch import nn
 
 from hyserve import kernels as ops
 from hyserve.config import FULL_ATTENTION, ModelConfig
-from hyserve.layers import Linear, WeightSource, set_sources
+from hyserve.layers import Linear, LMHead, WeightSource, set_sources
 from hyserve.model.batch import ForwardBatch, ModelCache
 
 
@@ -330,7 +330,7 @@ class Qwen3_5ForCausalLM(nn.Module):
         super().__init__()
         self.config = config
         self.model = TextModel(config)
-        self.lm_head = Linear(config.hidden_size, config.vocab_size)
+        self.lm_head = LMHead(config.hidden_size, config.vocab_size)
         if config.tie_word_embeddings:
             self.lm_head.weight = self.model.embed_tokens.weight
 
@@ -344,3 +344,7 @@ class Qwen3_5ForCausalLM(nn.Module):
     def compute_logits_and_greedy(self, hidden: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """``compute_logits`` and each row's argmax [L] int64 (the greedy token), in one pass over the logits."""
         return ops.logits_argmax(self.lm_head(hidden))
+
+    def compute_greedy(self, hidden: torch.Tensor) -> torch.Tensor:
+        """hidden: [L, hidden] -> the greedy token of each row [L] int64, without the logits."""
+        return self.lm_head.greedy(hidden)
