@@ -83,8 +83,9 @@ def test_captured_greedy_graphs_give_the_full_heads_tokens(model_dir):
     outs = {}
     for screen in (False, True):
         llm = LLM(str(model_dir), device="cuda", progress=False, greedy_screen=screen, max_num_seqs=4,
-                  cuda_graph_sizes=[1, 2, 4], prefill_graph_sizes=[], warmup=False)  # fmt: skip
+                  kv_cache_memory_gb=1, cuda_graph_sizes=[1, 2, 4], prefill_graph_sizes=[], warmup=False)  # fmt: skip
         assert sorted(llm.engine.runner.graphs.greedy_graphs) == ([1, 2, 4] if screen else [])
         outs[screen] = [o.outputs[0].token_ids for o in llm.generate(prompts, greedy)]
         outs[screen] += [llm.generate(prompts[0], greedy)[0].outputs[0].token_ids]  # batch 1
+        del llm
     assert outs[True] == outs[False]
