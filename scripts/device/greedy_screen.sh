@@ -8,7 +8,7 @@ source "$(dirname "$0")/common.sh"
 W=$OUT
 TAILN=6 run tests 240 python3 -m pytest -q -p no:cacheprovider src/hyserve/kernels/greedy_head \
   src/hyserve/kernels/argmax tests/test_greedy_screen.py
-TAILN=40 run bench 150 python3 -m hyserve.kernels.greedy_head.bench --rows 1,2,4,8 --sweep
+TAILN=40 run bench 150 python3 -m hyserve.kernels.greedy_head.bench --rows 1,2,4 --sweep
 args="--model $M --load-format dummy --kv-cache-memory-gb 8 --max-num-seqs 32 --max-model-len 8192 --prompt-len 384
   --cuda-graph-sizes 1,4 --prefill-graph-sizes none --batch 1,4 --steps 30 --no-warmup --top 12"
 TAILN=12 run prof_screen 150 python3 scripts/profile_decode.py $args

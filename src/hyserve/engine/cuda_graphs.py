@@ -4,7 +4,7 @@ A decode step launches ~10 kernels per layer; replaying a captured graph removes
 otherwise dominate at small batches. Batches are padded up to the next captured size: padded rows read
 and write only the spare KV block and state slot that ``allocate_cache`` reserves, and store no KV.
 
-When the LM head has a greedy screen (``layers/lm_head.py``), the sizes it takes (<= 8) also get a greedy-only
+When the LM head has a greedy screen (``layers/lm_head.py``), the sizes it takes (<= 4) also get a greedy-only
 graph: the same step ending in the greedy token without the logits, which a step of plain greedy requests
 (no logprobs, penalties or min_tokens) replays instead.
 """

@@ -47,7 +47,7 @@ class EngineArgs:
     # prompt lengths (tokens) of whole-prefill graphs; None: 128, 256, ..., 4096 that fit; []: none
     prefill_graph_sizes: list[int] | None = None
     warmup: bool = True  # on CUDA, compile the prefill kernels at start-up (engine/warmup.py)
-    # on CUDA with graphs, decode steps of <= 8 greedy requests take the greedy token through an int8 screen
+    # on CUDA with graphs, decode steps of <= 4 greedy requests take the greedy token through an int8 screen
     # of the LM head instead of all its logits (+0.5 GB at 248320 x 2048; kernels/greedy_head)
     greedy_screen: bool = True
     progress: bool = True

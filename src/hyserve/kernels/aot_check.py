@@ -165,11 +165,13 @@ def main() -> None:
     am_types = {"x_ptr": BF, "out_ptr": F32, "partial_ptr": "*i64", "ids_ptr": "*i64", "counter_ptr": I32}
     build(argmax._logits_argmax_kernel, am_types, dict(BLOCK=argmax.BLOCK, S_PAD=128, USE_PDL=True), 4, 1,
           label="logits_argmax")  # fmt: skip
-    screen_types = {"q_ptr": "*i8", "scale_ptr": F32, "radius_ptr": F32, "x_ptr": BF, "upper_ptr": F32,
-                    "lower_max_ptr": I32}  # fmt: skip
-    for rows, (block_v, block_k, warps, dot) in greedy.SCREEN_PLAN.items():
-        build(greedy._screen_kernel, screen_types, dict(BLOCK_V=block_v, BLOCK_K=block_k, N_PAD=16 if dot else rows,
-              DOT=dot, USE_PDL=True), warps, 1, label=f"greedy screen N<={rows} dot={int(dot)}")  # fmt: skip
+    build(greedy._limbs_kernel, {"x_ptr": BF, "p_ptr": I32, "stats_ptr": F32}, dict(BLOCK_K4=512, USE_PDL=True), 4, 1,
+          label="greedy limbs")  # fmt: skip
+    screen_types = {"q_ptr": I32, "scale_ptr": F32, "radius_ptr": F32, "wnorm_ptr": F32, "p_ptr": I32,
+                    "stats_ptr": F32, "upper_ptr": F32, "lower_max_ptr": I32}  # fmt: skip
+    for rows, (block_v, block_k, warps) in greedy.SCREEN_PLAN.items():
+        build(greedy._screen_kernel, screen_types, dict(BLOCK_V=block_v, BLOCK_K4=block_k // 4, N_PAD=rows,
+              EVEN_K=True, USE_ASM=True, USE_PDL=True), warps, 1, label=f"greedy screen N<={rows}")  # fmt: skip
     block_r, sub, block_k, warps = greedy.SELECT_PLAN
     select_types = {"w_ptr": BF, "x_ptr": BF, "upper_ptr": F32, "lower_max_ptr": I32, "best_ptr": "*i64",
                     "counter_ptr": I32, "ids_ptr": "*i64", "count_ptr": "*i64"}  # fmt: skip

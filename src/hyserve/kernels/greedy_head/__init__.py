@@ -1,11 +1,12 @@
-"""The greedy token without reading the whole LM head (batch <= 8, greedy requests without logprobs).
+"""The greedy token without reading the whole LM head (batch <= 4, greedy requests without logprobs).
 
 At batch 1 the LM head (248320 x 2048 bf16) is 1.02 GB of the ~6 GB a token reads. A greedy request needs its
 argmax only: an int8 copy of the head (``build_greedy_screen``, half the bytes, made once at load) gives every
 logit to within a proven radius, and only the rows that can still be the maximum are computed exactly from
 the bf16 head. The token is the first maximum of the bf16-rounded logits, as ``logits_argmax`` of the full
 head gives (``reference.py`` proves the bound; the tests compare tokens on fresh random heads, ties included).
-Triton (``triton_kernel.py``, two launches) for N <= 8 rows on CUDA or the interpreter; else the reference.
+Triton (``triton_kernel.py``, three launches) for N <= 4 rows and K a multiple of 4 on CUDA or the interpreter;
+else the reference.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from hyserve.kernels.greedy_head.reference import (
     screened_greedy_reference,
 )
 
-MAX_ROWS = 8  # rows of x one launch takes (the tensor-core screen pads them to 16)
+MAX_ROWS = 4  # rows of x one launch takes
 
 
 def screened_greedy(x: torch.Tensor, weight: torch.Tensor, screen: GreedyScreen) -> torch.Tensor:
@@ -31,7 +32,12 @@ def screened_greedy(x: torch.Tensor, weight: torch.Tensor, screen: GreedyScreen)
             f"screened_greedy takes x [N, K] with weight [V, K] and its screen, got x {tuple(x.shape)}, "
             f"weight {tuple(weight.shape)}, screen {tuple(screen.q.shape)}"
         )
-    if triton_enabled(x, weight) and x.shape[0] <= MAX_ROWS and weight.is_contiguous():
+    if (
+        triton_enabled(x, weight)
+        and x.shape[0] <= MAX_ROWS
+        and x.shape[1] % 4 == 0
+        and weight.is_contiguous()
+    ):
         from hyserve.kernels.greedy_head.triton_kernel import screened_greedy_triton
 
         return screened_greedy_triton(x, weight, screen)

@@ -1,20 +1,22 @@
-"""The screened greedy token in two launches (see ``reference.py`` for the bound).
+"""The screened greedy token in three launches (see ``reference.py`` for the bound).
+
+``_limbs_kernel``, grid (N,): splits each row of x into its two int8 limbs, packed four to an int32
+(``p [2, N, K/4]``), and writes s1, s2, ||x|| and ||e|| (``stats [N, 4]``).
 
 ``_screen_kernel``, grid (cdiv(V, BLOCK_V),): program p streams the int8 rows [p*BLOCK_V, (p+1)*BLOCK_V) of the
-screen over K once for all N rows of x (half the LM head's bytes), writes each row's upper bounds
-``upper [N, V]`` (fp32) and folds its largest lower bound into ``lower_max [N]`` with one atomic max (an
-order-preserving int32 key). With ``DOT`` the [N, K] x [K, BLOCK_V] product runs on the tensor cores in x's
-dtype (the int8 values are exact in bf16 / fp16, and the products exact in the fp32 accumulator); without, as
-an fp32 multiply-add on the CUDA cores.
+screen (read as int32, four weights each) over K once for all N rows of x (half the LM head's bytes), with
+two ``dp4a`` a word (one a limb; exact int32 sums, no conversion of the weights), writes each row's upper
+bounds ``upper [N, V]`` (fp32) and folds its largest lower bound into ``lower_max [N]`` with one atomic max
+(an order-preserving int32 key). ``USE_ASM`` off (the interpreter) computes ``dp4a`` with shifts.
 
-``_select_kernel``, grid (cdiv(V, BLOCK_R), N): program (p, r) reads the upper bounds of its BLOCK_R rows in
-SUB-row pieces and, for a piece holding a row at or above row r's threshold, computes those rows' logits
+``_select_kernel``, grid (cdiv(V, BLOCK_R), N): program (p, r) reads the upper bounds of its BLOCK_R rows at
+once; for each SUB-row piece holding a row at or above row r's threshold it computes those rows' logits
 exactly from the bf16 head (masked loads: only the candidate rows are read), rounds them to the weight's
 dtype and keeps the best (value, row) key (``argmax/triton_kernel.py``'s key: the first of equal maxima
 wins). One atomic max per program folds the keys; the program that draws row r's last ticket writes the
 token and resets the row's lower_max, best key and counter for the next call.
 
-Both kernels take ``USE_PDL``: the screen loads its first int8 tile, scales and radii before the wait (weights).
+All take ``USE_PDL``; the screen loads its first int8 tile, scales and bound terms before the wait (weights).
 The state (lower_max, best, counter) is allocated outside graph capture and left reset by every launch.
 """
 
@@ -36,8 +38,9 @@ NO_KEY = tl.constexpr(-(2**63) + 1)  # below every real key (argmax/triton_kerne
 _NORM_MARGIN = tl.constexpr(NORM_MARGIN)
 _SLACK = tl.constexpr(SLACK)
 
-# (BLOCK_V, BLOCK_K, num_warps, DOT) of the screen per row count; (BLOCK_R, SUB, BLOCK_K, num_warps) of the select.
-SCREEN_PLAN = {1: (64, 256, 4, False), MAX_ROWS: (64, 256, 4, True)}
+# (BLOCK_V, BLOCK_K in int8 weights, num_warps) of the screen by the largest row count it takes; (BLOCK_R, SUB,
+# BLOCK_K, num_warps) of the select.
+SCREEN_PLAN = {1: (64, 128, 4), 2: (64, 128, 4), MAX_ROWS: (16, 256, 4)}
 SELECT_PLAN = (512, 16, 256, 4)
 
 
@@ -65,63 +68,129 @@ def _in_k(k, K, EVEN_K: tl.constexpr):
 
 
 @triton.jit
+def _dp4a(a, b, c, USE_ASM: tl.constexpr):
+    """c + the dot product of the four signed bytes of a and of b (int32 tensors of one shape)."""
+    if USE_ASM:
+        d = tl.inline_asm_elementwise(
+            "dp4a.s32.s32 $0, $1, $2, $3;", "=r,r,r,r", [a, b, c], dtype=tl.int32, is_pure=True, pack=1
+        )
+    else:
+        d = c
+        for j in tl.static_range(4):
+            d += ((a << (24 - 8 * j)) >> 24) * ((b << (24 - 8 * j)) >> 24)
+    return d
+
+
+@triton.jit
+def _limb(v, inv_s):
+    """round(v / s) in [-127, 127] (floor(v / s + 0.5), as ``reference.split_limbs``)."""
+    return tl.minimum(tl.maximum(tl.floor(v * inv_s + 0.5), -127.0), 127.0)
+
+
+@triton.jit
+def _limbs_kernel(x_ptr, p_ptr, stats_ptr, N, K4, stride_x, BLOCK_K4: tl.constexpr, USE_PDL: tl.constexpr):
+    r = tl.program_id(0)
+    c = tl.arange(0, BLOCK_K4)
+    ok = c < K4
+    x_row = x_ptr + r.to(tl.int64) * stride_x + 4 * c
+    wait_for_previous(USE_PDL)  # x is the final norm's output
+    x0 = tl.load(x_row, mask=ok, other=0.0).to(tl.float32)
+    x1 = tl.load(x_row + 1, mask=ok, other=0.0).to(tl.float32)
+    x2 = tl.load(x_row + 2, mask=ok, other=0.0).to(tl.float32)
+    x3 = tl.load(x_row + 3, mask=ok, other=0.0).to(tl.float32)
+    amax = tl.max(tl.maximum(tl.maximum(tl.abs(x0), tl.abs(x1)), tl.maximum(tl.abs(x2), tl.abs(x3))), axis=0)
+    s1 = tl.maximum(amax / 127.0, 1e-30)  # 1 / s2 stays finite for a zero row
+    s2 = s1 / 127.0
+    inv1 = 1.0 / s1
+    inv2 = 1.0 / s2
+    p1 = tl.zeros((BLOCK_K4,), dtype=tl.int32)
+    p2 = tl.zeros((BLOCK_K4,), dtype=tl.int32)
+    ss = tl.zeros((BLOCK_K4,), dtype=tl.float32)
+    es = tl.zeros((BLOCK_K4,), dtype=tl.float32)
+    for j in tl.static_range(4):
+        if j == 0:
+            xv = x0
+        elif j == 1:
+            xv = x1
+        elif j == 2:
+            xv = x2
+        else:
+            xv = x3
+        l1 = _limb(xv, inv1)
+        r1 = xv - s1 * l1
+        l2 = _limb(r1, inv2)
+        e = r1 - s2 * l2
+        ss += xv * xv
+        es += e * e
+        p1 = p1 | ((l1.to(tl.int32) & 255) << (8 * j))
+        p2 = p2 | ((l2.to(tl.int32) & 255) << (8 * j))
+    out = p_ptr + r.to(tl.int64) * K4 + c
+    tl.store(out, p1, mask=ok)
+    tl.store(out + N * K4, p2, mask=ok)
+    tl.store(stats_ptr + 4 * r + tl.arange(0, 4), tl.where(tl.arange(0, 4) == 0, s1, tl.where(tl.arange(0, 4) == 1, s2,
+             tl.where(tl.arange(0, 4) == 2, tl.sqrt(tl.sum(ss, axis=0)), tl.sqrt(tl.sum(es, axis=0))))))  # fmt: skip
+
+
+@triton.jit
 def _screen_kernel(
     q_ptr,
     scale_ptr,
     radius_ptr,
-    x_ptr,
+    wnorm_ptr,
+    p_ptr,
+    stats_ptr,
     upper_ptr,
     lower_max_ptr,
     N,
     V,
-    K,
-    stride_w,
-    stride_x,
+    K4,
+    stride_w4,
     BLOCK_V: tl.constexpr,
-    BLOCK_K: tl.constexpr,
+    BLOCK_K4: tl.constexpr,
     N_PAD: tl.constexpr,
-    DOT: tl.constexpr,
     EVEN_K: tl.constexpr,
+    USE_ASM: tl.constexpr,
     USE_PDL: tl.constexpr,
 ):
     pid = tl.program_id(0)
     rows = pid * BLOCK_V + tl.arange(0, BLOCK_V)
     row_ok = rows < V
-    cols = tl.arange(0, BLOCK_K)
+    cols = tl.arange(0, BLOCK_K4)
     n = tl.arange(0, N_PAD)
     n_ok = n < N
-    w_rows = q_ptr + rows.to(tl.int64)[:, None] * stride_w
-    # The screen, its scales and radii are weights: no kernel writes them, so they load before the wait.
-    w = tl.load(w_rows + cols[None, :], mask=row_ok[:, None] & _in_k(cols, K, EVEN_K)[None, :], other=0)
+    w_rows = q_ptr + rows.to(tl.int64)[:, None] * stride_w4
+    # The screen, its scales and bound terms are weights: no kernel writes them, so they load before the wait.
+    w = tl.load(w_rows + cols[None, :], mask=row_ok[:, None] & _in_k(cols, K4, EVEN_K)[None, :], other=0)
     scale = tl.load(scale_ptr + rows, mask=row_ok, other=0.0)
     radius = tl.load(radius_ptr + rows, mask=row_ok, other=0.0)
-    wait_for_previous(USE_PDL)  # x is the final norm's output
-    x_rows = x_ptr + n.to(tl.int64)[:, None] * stride_x
-    if DOT:
-        acc = tl.zeros((N_PAD, BLOCK_V), dtype=tl.float32)
-    else:  # reduced over K once, after the loop
-        acc = tl.zeros((N_PAD, BLOCK_V, BLOCK_K), dtype=tl.float32)
-    ss = tl.zeros((N_PAD,), dtype=tl.float32)
-    for k0 in range(0, K, BLOCK_K):
+    wnorm = tl.load(wnorm_ptr + rows, mask=row_ok, other=0.0)
+    wait_for_previous(USE_PDL)  # the limbs and stats are the previous kernel's output
+    p_rows = p_ptr + n.to(tl.int64)[:, None] * K4  # [N_PAD, 1]
+    acc1 = tl.zeros((N_PAD, BLOCK_V, BLOCK_K4), dtype=tl.int32)
+    acc2 = tl.zeros((N_PAD, BLOCK_V, BLOCK_K4), dtype=tl.int32)
+    for k0 in range(0, K4, BLOCK_K4):
         k = k0 + cols
-        x = tl.load(x_rows + k[None, :], mask=n_ok[:, None] & _in_k(k, K, EVEN_K)[None, :], other=0.0)
-        xf = x.to(tl.float32)
-        ss += tl.sum(xf * xf, axis=1)
-        if DOT:
-            acc += tl.dot(x, tl.trans(w.to(x.dtype)), input_precision="ieee")
-        else:
-            acc += xf[:, None, :] * w.to(tl.float32)[None, :, :]
-        k_next = k + BLOCK_K  # the next tile's loads go out before this tile's products
+        p_ok = n_ok[:, None] & _in_k(k, K4, EVEN_K)[None, :]
+        p1 = tl.load(p_rows + k[None, :], mask=p_ok, other=0)
+        p2 = tl.load(p_rows + N * K4 + k[None, :], mask=p_ok, other=0)
+        w3 = tl.broadcast_to(w[None, :, :], (N_PAD, BLOCK_V, BLOCK_K4))
+        acc1 = _dp4a(w3, tl.broadcast_to(p1[:, None, :], (N_PAD, BLOCK_V, BLOCK_K4)), acc1, USE_ASM)
+        acc2 = _dp4a(w3, tl.broadcast_to(p2[:, None, :], (N_PAD, BLOCK_V, BLOCK_K4)), acc2, USE_ASM)
+        k_next = k + BLOCK_K4  # the next tile's loads go out before this tile's products retire
         if EVEN_K:
-            next_ok = row_ok & (tl.full((BLOCK_V,), k0 + BLOCK_K, tl.int32) < K)  # one flag a tile
+            next_ok = row_ok & (tl.full((BLOCK_V,), k0 + BLOCK_K4, tl.int32) < K4)  # one flag a tile
             w = tl.load(w_rows + k_next[None, :], mask=next_ok[:, None], other=0)
         else:
-            w = tl.load(w_rows + k_next[None, :], mask=row_ok[:, None] & (k_next < K)[None, :], other=0)
-    if not DOT:
-        acc = tl.sum(acc, axis=2)
-    x_norm = tl.sqrt(ss) * _NORM_MARGIN
-    approx = acc * scale[None, :]
-    bound = radius[None, :] * x_norm[:, None]
+            w = tl.load(w_rows + k_next[None, :], mask=row_ok[:, None] & (k_next < K4)[None, :], other=0)
+    stats = stats_ptr + 4 * n
+    s1 = tl.load(stats, mask=n_ok, other=0.0)
+    s2 = tl.load(stats + 1, mask=n_ok, other=0.0)
+    x_norm = tl.load(stats + 2, mask=n_ok, other=0.0) * _NORM_MARGIN
+    e_norm = tl.load(stats + 3, mask=n_ok, other=0.0) * _NORM_MARGIN
+    d1 = tl.sum(acc1, axis=2).to(tl.float32)  # [N_PAD, BLOCK_V], exact below 2^24
+    d2 = tl.sum(acc2, axis=2).to(tl.float32)
+    approx = (s1[:, None] * d1 + s2[:, None] * d2) * scale[None, :]
+    bound = radius[None, :] * x_norm[:, None] + wnorm[None, :] * e_norm[:, None]
     out_ok = n_ok[:, None] & row_ok[None, :]
     tl.store(upper_ptr + n.to(tl.int64)[:, None] * V + rows[None, :], approx + bound, mask=out_ok)
     lower = tl.where(out_ok, approx - bound, float("-inf"))
@@ -158,12 +227,16 @@ def _select_kernel(
     upper_row = upper_ptr + r.to(tl.int64) * V
     cols = tl.arange(0, BLOCK_K)
     best = tl.full((), NO_KEY, tl.int64)
-    for s in range(0, BLOCK_R, SUB):
-        rows = pid * BLOCK_R + s + tl.arange(0, SUB)
-        up = tl.load(upper_row + rows, mask=rows < V, other=float("-inf"))
-        cand = up >= threshold
-        num = tl.sum(cand.to(tl.int32), axis=0)
+    all_rows = pid * BLOCK_R + tl.arange(0, BLOCK_R)
+    up = tl.load(upper_row + all_rows, mask=all_rows < V, other=float("-inf"))
+    # [BLOCK_R // SUB] candidates a piece: one load for the block, the pieces then looked up in registers
+    per_piece = tl.sum(tl.reshape((up >= threshold).to(tl.int32), (BLOCK_R // SUB, SUB)), axis=1)
+    pieces = tl.arange(0, BLOCK_R // SUB)
+    for s in range(0, BLOCK_R // SUB):
+        num = tl.sum(tl.where(pieces == s, per_piece, 0), axis=0)
         if num > 0:
+            rows = pid * BLOCK_R + s * SUB + tl.arange(0, SUB)
+            cand = tl.load(upper_row + rows, mask=rows < V, other=float("-inf")) >= threshold
             acc = tl.zeros((SUB, BLOCK_K), dtype=tl.float32)
             w_rows = w_ptr + rows.to(tl.int64)[:, None] * stride_w
             for k0 in range(0, K, BLOCK_K):
@@ -211,11 +284,11 @@ def screened_greedy_triton(
     x: torch.Tensor,
     weight: torch.Tensor,
     screen: GreedyScreen,
-    screen_plan: tuple[int, int, int, bool] | None = None,
+    screen_plan: tuple[int, int, int] | None = None,
     select_plan: tuple[int, int, int, int] | None = None,
     count: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """x [N <= MAX_ROWS, K] (unit column stride), weight [V, K] contiguous -> greedy tokens [N] int64.
+    """x [N <= MAX_ROWS, K] (K a multiple of 4), weight [V, K] contiguous -> greedy tokens [N] int64.
     ``count`` [N] int64, when given, accumulates how many rows were computed exactly (for measurements)."""
     n, k = x.shape
     v = weight.shape[0]
@@ -224,20 +297,23 @@ def screened_greedy_triton(
         return ids
     if x.stride(1) != 1:
         x = x.contiguous()
+    k4 = k // 4
     lower_max, best, counter = _state(x.device)
+    limbs = torch.empty((2, n, k4), dtype=torch.int32, device=x.device)
+    stats = torch.empty((n, 4), dtype=torch.float32, device=x.device)
     upper = torch.empty((n, v), dtype=torch.float32, device=x.device)
-    block_v, block_k, warps, dot = screen_plan or SCREEN_PLAN[1 if n == 1 else MAX_ROWS]
+    _limbs_kernel[(n,)](x, limbs, stats, n, k4, x.stride(0), BLOCK_K4=triton.next_power_of_2(k4), num_warps=4,
+                        **launch_options(x))  # fmt: skip
+    block_v, block_k, warps = screen_plan or SCREEN_PLAN[min(p for p in SCREEN_PLAN if p >= n)]
     _screen_kernel[(triton.cdiv(v, block_v),)](
-        screen.q, screen.scale, screen.radius, x, upper, lower_max, n, v, k, k, x.stride(0),
-        BLOCK_V=block_v, BLOCK_K=block_k, N_PAD=16 if dot else triton.next_power_of_2(n), DOT=dot,
-        EVEN_K=k % block_k == 0,
-        num_warps=warps, **launch_options(x),
+        screen.q.view(torch.int32), screen.scale, screen.radius, screen.wnorm, limbs, stats, upper, lower_max,
+        n, v, k4, k4, BLOCK_V=block_v, BLOCK_K4=block_k // 4, N_PAD=triton.next_power_of_2(n),
+        EVEN_K=k4 % (block_k // 4) == 0, USE_ASM=x.is_cuda, num_warps=warps, **launch_options(x),
     )  # fmt: skip
     block_r, sub, block_k2, warps2 = select_plan or SELECT_PLAN
     _select_kernel[(triton.cdiv(v, block_r), n)](
         weight, x, upper, lower_max, best, counter, ids, count if count is not None else ids, v, k, k, x.stride(0),
         BLOCK_R=block_r, SUB=sub, BLOCK_K=block_k2, EVEN_K=k % block_k2 == 0, COUNT=count is not None,
-        num_warps=warps2,
-        **launch_options(x),
+        num_warps=warps2, **launch_options(x),
     )  # fmt: skip
     return ids
