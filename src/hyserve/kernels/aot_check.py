@@ -172,11 +172,11 @@ def main() -> None:
     for rows, (block_v, block_k, warps) in greedy.SCREEN_PLAN.items():
         build(greedy._screen_kernel, screen_types, dict(BLOCK_V=block_v, BLOCK_K4=block_k // 4, N_PAD=rows,
               EVEN_K=True, USE_ASM=True, USE_PDL=True), warps, 1, label=f"greedy screen N<={rows}")  # fmt: skip
-    block_r, sub, block_k, warps = greedy.SELECT_PLAN
+    block_r, maxc, block_k, warps = greedy.SELECT_PLAN
     select_types = {"w_ptr": BF, "x_ptr": BF, "upper_ptr": F32, "lower_max_ptr": I32, "best_ptr": "*i64",
-                    "counter_ptr": I32, "ids_ptr": "*i64", "count_ptr": "*i64"}  # fmt: skip
-    build(greedy._select_kernel, select_types, dict(BLOCK_R=block_r, SUB=sub, BLOCK_K=block_k, COUNT=False,
-          USE_PDL=True), warps, 1, label="greedy select")  # fmt: skip
+                    "counter_ptr": I32, "ids_ptr": "*i64", "count_ptr": "*i64", "scratch_ptr": I32}  # fmt: skip
+    build(greedy._select_kernel, select_types, dict(BLOCK_R=block_r, MAXC=maxc, BLOCK_K=block_k, EVEN_K=True,
+          COUNT=False, USE_PDL=True), warps, 1, label="greedy select")  # fmt: skip
     if FAILED:
         raise SystemExit(f"{len(FAILED)} kernel(s) did not compile: {', '.join(FAILED)}")
 

@@ -10,9 +10,9 @@ bounds ``upper [N, V]`` (fp32) and folds its largest lower bound into ``lower_ma
 (an order-preserving int32 key). ``USE_ASM`` off (the interpreter) computes ``dp4a`` with shifts.
 
 ``_select_kernel``, grid (cdiv(V, BLOCK_R), N): program (p, r) reads the upper bounds of its BLOCK_R rows at
-once; for each SUB-row piece holding a row at or above row r's threshold it computes those rows' logits
-exactly from the bf16 head (masked loads: only the candidate rows are read), rounds them to the weight's
-dtype and keeps the best (value, row) key (``argmax/triton_kernel.py``'s key: the first of equal maxima
+once; the rows at or above row r's threshold (usually none, else one or two) are compacted into a scratch
+list, and their logits computed exactly from the bf16 head MAXC rows at a time, rounded to the weight's
+dtype; it keeps the best (value, row) key (``argmax/triton_kernel.py``'s key: the first of equal maxima
 wins). One atomic max per program folds the keys; the program that draws row r's last ticket writes the
 token and resets the row's lower_max, best key and counter for the next call.
 
@@ -38,10 +38,10 @@ NO_KEY = tl.constexpr(-(2**63) + 1)  # below every real key (argmax/triton_kerne
 _NORM_MARGIN = tl.constexpr(NORM_MARGIN)
 _SLACK = tl.constexpr(SLACK)
 
-# (BLOCK_V, BLOCK_K in int8 weights, num_warps) of the screen by the largest row count it takes; (BLOCK_R, SUB,
+# (BLOCK_V, BLOCK_K in int8 weights, num_warps) of the screen by the largest row count it takes; (BLOCK_R, MAXC,
 # BLOCK_K, num_warps) of the select.
-SCREEN_PLAN = {1: (64, 128, 4), 2: (64, 128, 4), MAX_ROWS: (16, 256, 4)}
-SELECT_PLAN = (512, 16, 256, 4)
+SCREEN_PLAN = {1: (64, 128, 4), 2: (32, 128, 4), MAX_ROWS: (32, 128, 4)}
+SELECT_PLAN = (512, 8, 1024, 4)
 
 
 @triton.jit
@@ -207,12 +207,13 @@ def _select_kernel(
     counter_ptr,
     ids_ptr,
     count_ptr,
+    scratch_ptr,
     V,
     K,
     stride_w,
     stride_x,
     BLOCK_R: tl.constexpr,
-    SUB: tl.constexpr,
+    MAXC: tl.constexpr,
     BLOCK_K: tl.constexpr,
     EVEN_K: tl.constexpr,
     COUNT: tl.constexpr,
@@ -223,33 +224,34 @@ def _select_kernel(
     wait_for_previous(USE_PDL)  # upper and lower_max are the screen's output
     lower_max = _unordered(tl.load(lower_max_ptr + r))
     threshold = lower_max - _SLACK * tl.abs(lower_max)
-    x_row = x_ptr + r.to(tl.int64) * stride_x
-    upper_row = upper_ptr + r.to(tl.int64) * V
-    cols = tl.arange(0, BLOCK_K)
+    rows = pid * BLOCK_R + tl.arange(0, BLOCK_R)
+    up = tl.load(upper_ptr + r.to(tl.int64) * V + rows, mask=rows < V, other=float("-inf"))
+    cand = up >= threshold
+    num = tl.sum(cand.to(tl.int32), axis=0)
     best = tl.full((), NO_KEY, tl.int64)
-    all_rows = pid * BLOCK_R + tl.arange(0, BLOCK_R)
-    up = tl.load(upper_row + all_rows, mask=all_rows < V, other=float("-inf"))
-    # [BLOCK_R // SUB] candidates a piece: one load for the block, the pieces then looked up in registers
-    per_piece = tl.sum(tl.reshape((up >= threshold).to(tl.int32), (BLOCK_R // SUB, SUB)), axis=1)
-    pieces = tl.arange(0, BLOCK_R // SUB)
-    for s in range(0, BLOCK_R // SUB):
-        num = tl.sum(tl.where(pieces == s, per_piece, 0), axis=0)
-        if num > 0:
-            rows = pid * BLOCK_R + s * SUB + tl.arange(0, SUB)
-            cand = tl.load(upper_row + rows, mask=rows < V, other=float("-inf")) >= threshold
-            acc = tl.zeros((SUB, BLOCK_K), dtype=tl.float32)
-            w_rows = w_ptr + rows.to(tl.int64)[:, None] * stride_w
+    if num > 0:  # most programs have no candidate and stop here
+        # The candidates' row ids, compacted into this program's scratch, then computed MAXC at a time with
+        # the whole K in flight (a handful of rows: latency, not bytes, is the cost here).
+        scratch = scratch_ptr + (r * tl.num_programs(0) + pid).to(tl.int64) * BLOCK_R
+        tl.store(scratch + tl.cumsum(cand.to(tl.int32), axis=0) - 1, rows, mask=cand)
+        tl.debug_barrier()  # the CTA's stores are visible to all its threads past the barrier
+        x_row = x_ptr + r.to(tl.int64) * stride_x
+        for c0 in range(0, num, MAXC):
+            c = c0 + tl.arange(0, MAXC)
+            c_ok = c < num
+            crow = tl.load(scratch + c, mask=c_ok, other=0)
+            w_rows = w_ptr + crow.to(tl.int64)[:, None] * stride_w
+            logit = tl.zeros((MAXC,), dtype=tl.float32)
             for k0 in range(0, K, BLOCK_K):
-                k = k0 + cols
-                w = tl.load(w_rows + k[None, :], mask=cand[:, None] & _in_k(k, K, EVEN_K)[None, :], other=0.0)
-                xv = tl.load(x_row + k, mask=_in_k(k, K, EVEN_K), other=0.0)
-                acc += w.to(tl.float32) * xv.to(tl.float32)[None, :]
-            logit = tl.sum(acc, axis=1).to(w_ptr.dtype.element_ty).to(tl.float32)
-            key = tl.where(cand, _keys(logit, rows), NO_KEY)
-            best = tl.maximum(best, tl.max(key, axis=0))
-            if COUNT:
-                tl.atomic_add(count_ptr + r, num, sem="relaxed", scope="gpu")
-    if best > NO_KEY:
+                k = k0 + tl.arange(0, BLOCK_K)
+                k_ok = _in_k(k, K, EVEN_K)
+                w = tl.load(w_rows + k[None, :], mask=c_ok[:, None] & k_ok[None, :], other=0.0)
+                xv = tl.load(x_row + k, mask=k_ok, other=0.0)
+                logit += tl.sum(w.to(tl.float32) * xv.to(tl.float32)[None, :], axis=1)
+            logit = logit.to(w_ptr.dtype.element_ty).to(tl.float32)
+            best = tl.maximum(best, tl.max(tl.where(c_ok, _keys(logit, crow), NO_KEY), axis=0))
+        if COUNT:
+            tl.atomic_add(count_ptr + r, num, sem="relaxed", scope="gpu")
         tl.atomic_max(best_ptr + r, best, sem="relaxed", scope="gpu")
     tl.debug_barrier()
     ticket = tl.atomic_add(counter_ptr + r, 1, sem="acq_rel", scope="gpu")
@@ -310,10 +312,12 @@ def screened_greedy_triton(
         n, v, k4, k4, BLOCK_V=block_v, BLOCK_K4=block_k // 4, N_PAD=triton.next_power_of_2(n),
         EVEN_K=k4 % (block_k // 4) == 0, USE_ASM=x.is_cuda, num_warps=warps, **launch_options(x),
     )  # fmt: skip
-    block_r, sub, block_k2, warps2 = select_plan or SELECT_PLAN
-    _select_kernel[(triton.cdiv(v, block_r), n)](
-        weight, x, upper, lower_max, best, counter, ids, count if count is not None else ids, v, k, k, x.stride(0),
-        BLOCK_R=block_r, SUB=sub, BLOCK_K=block_k2, EVEN_K=k % block_k2 == 0, COUNT=count is not None,
-        num_warps=warps2, **launch_options(x),
+    block_r, maxc, block_k2, warps2 = select_plan or SELECT_PLAN
+    programs = triton.cdiv(v, block_r)
+    scratch = torch.empty((n, programs * block_r), dtype=torch.int32, device=x.device)
+    _select_kernel[(programs, n)](
+        weight, x, upper, lower_max, best, counter, ids, count if count is not None else ids, scratch, v, k, k,
+        x.stride(0), BLOCK_R=block_r, MAXC=maxc, BLOCK_K=block_k2, EVEN_K=k % block_k2 == 0,
+        COUNT=count is not None, num_warps=warps2, **launch_options(x),
     )  # fmt: skip
     return ids
