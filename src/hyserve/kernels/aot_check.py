@@ -169,9 +169,12 @@ def main() -> None:
           label="greedy limbs")  # fmt: skip
     screen_types = {"q_ptr": I32, "scale_ptr": F32, "radius_ptr": F32, "wnorm_ptr": F32, "p_ptr": I32,
                     "stats_ptr": F32, "upper_ptr": F32, "lower_max_ptr": I32}  # fmt: skip
-    for rows, (block_v, block_k, warps) in greedy.SCREEN_PLAN.items():
-        build(greedy._screen_kernel, screen_types, dict(BLOCK_V=block_v, BLOCK_K4=block_k // 4, N_PAD=rows,
-              EVEN_K=True, USE_ASM=True, USE_PDL=True), warps, 1, label=f"greedy screen N<={rows}")  # fmt: skip
+    for rows, (block_v, block_k, warps, stages) in greedy.SCREEN_PLAN.items():
+        for tma_stages in sorted({0, stages or 4}):
+            desc = f"tensordesc<i32[{block_v}, {block_k // 4}]>" if tma_stages else I32
+            build(greedy._screen_kernel, dict(screen_types, q_desc=desc), dict(BLOCK_V=block_v, BLOCK_K4=block_k // 4,
+                  N_PAD=rows, EVEN_K=True, USE_ASM=True, TMA=tma_stages, USE_PDL=True), warps, 1,
+                  label=f"greedy screen N<={rows} tma={tma_stages}")  # fmt: skip
     block_r, maxc, block_k, warps = greedy.SELECT_PLAN
     select_types = {"w_ptr": BF, "x_ptr": BF, "upper_ptr": F32, "lower_max_ptr": I32, "best_ptr": "*i64",
                     "counter_ptr": I32, "ids_ptr": "*i64", "count_ptr": "*i64", "scratch_ptr": I32}  # fmt: skip

@@ -14,7 +14,7 @@ CUDA = torch.cuda.is_available()
 DEVICE = "cuda" if CUDA else "cpu"
 DTYPE = torch.bfloat16 if CUDA else torch.float16
 SHAPES = [(3001, 300), (1024, 64)] + ([(248320, 2048)] if CUDA else [])
-PLANS = [(64, 128, 4), (16, 64, 4)]
+PLANS = [(64, 128, 4, 0), (16, 64, 4, 0), (32, 128, 4, 3)]
 
 
 def _head(v: int, k: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:

@@ -26,6 +26,7 @@ import torch
 import triton
 import triton.language as tl
 
+from hyserve.kernels import tma
 from hyserve.kernels.argmax.triton_kernel import _keys
 from hyserve.kernels.greedy_head import MAX_ROWS
 from hyserve.kernels.greedy_head.reference import NORM_MARGIN, SLACK, GreedyScreen
@@ -38,9 +39,9 @@ NO_KEY = tl.constexpr(-(2**63) + 1)  # below every real key (argmax/triton_kerne
 _NORM_MARGIN = tl.constexpr(NORM_MARGIN)
 _SLACK = tl.constexpr(SLACK)
 
-# (BLOCK_V, BLOCK_K in int8 weights, num_warps) of the screen by the largest row count it takes; (BLOCK_R, MAXC,
-# BLOCK_K, num_warps) of the select.
-SCREEN_PLAN = {1: (64, 128, 4), 2: (32, 128, 4), MAX_ROWS: (32, 128, 4)}
+# (BLOCK_V, BLOCK_K in int8 weights, num_warps, TMA stages or 0) of the screen by the largest row count it takes;
+# (BLOCK_R, MAXC, BLOCK_K, num_warps) of the select.
+SCREEN_PLAN = {1: (64, 128, 4, 0), 2: (32, 128, 4, 0), MAX_ROWS: (32, 128, 4, 0)}
 SELECT_PLAN = (512, 8, 1024, 4)
 
 
@@ -132,8 +133,22 @@ def _limbs_kernel(x_ptr, p_ptr, stats_ptr, N, K4, stride_x, BLOCK_K4: tl.constex
 
 
 @triton.jit
+def _screen_tile(acc1, acc2, w, p_rows, k, n_ok, N, K4, EVEN_K: tl.constexpr, USE_ASM: tl.constexpr):
+    """acc1 / acc2 [N_PAD, BLOCK_V, BLOCK_K4] += dp4a of the weight words w [BLOCK_V, BLOCK_K4] with the
+    limbs' words at k."""
+    p_ok = n_ok[:, None] & _in_k(k, K4, EVEN_K)[None, :]
+    p1 = tl.load(p_rows + k[None, :], mask=p_ok, other=0)
+    p2 = tl.load(p_rows + N * K4 + k[None, :], mask=p_ok, other=0)
+    w3 = tl.broadcast_to(w[None, :, :], acc1.shape)
+    acc1 = _dp4a(w3, tl.broadcast_to(p1[:, None, :], acc1.shape), acc1, USE_ASM)
+    acc2 = _dp4a(w3, tl.broadcast_to(p2[:, None, :], acc2.shape), acc2, USE_ASM)
+    return acc1, acc2
+
+
+@triton.jit
 def _screen_kernel(
     q_ptr,
+    q_desc,
     scale_ptr,
     radius_ptr,
     wnorm_ptr,
@@ -150,8 +165,11 @@ def _screen_kernel(
     N_PAD: tl.constexpr,
     EVEN_K: tl.constexpr,
     USE_ASM: tl.constexpr,
+    TMA: tl.constexpr,
     USE_PDL: tl.constexpr,
 ):
+    """q_desc: the screen's [V, K/4] int32 descriptor with [BLOCK_V, BLOCK_K4] boxes when TMA > 0 (a stage
+    count: the K loop pipelined that deep), else unused."""
     pid = tl.program_id(0)
     rows = pid * BLOCK_V + tl.arange(0, BLOCK_V)
     row_ok = rows < V
@@ -160,7 +178,10 @@ def _screen_kernel(
     n_ok = n < N
     w_rows = q_ptr + rows.to(tl.int64)[:, None] * stride_w4
     # The screen, its scales and bound terms are weights: no kernel writes them, so they load before the wait.
-    w = tl.load(w_rows + cols[None, :], mask=row_ok[:, None] & _in_k(cols, K4, EVEN_K)[None, :], other=0)
+    if TMA:
+        w = q_desc.load([pid * BLOCK_V, 0])
+    else:
+        w = tl.load(w_rows + cols[None, :], mask=row_ok[:, None] & _in_k(cols, K4, EVEN_K)[None, :], other=0)
     scale = tl.load(scale_ptr + rows, mask=row_ok, other=0.0)
     radius = tl.load(radius_ptr + rows, mask=row_ok, other=0.0)
     wnorm = tl.load(wnorm_ptr + rows, mask=row_ok, other=0.0)
@@ -168,20 +189,21 @@ def _screen_kernel(
     p_rows = p_ptr + n.to(tl.int64)[:, None] * K4  # [N_PAD, 1]
     acc1 = tl.zeros((N_PAD, BLOCK_V, BLOCK_K4), dtype=tl.int32)
     acc2 = tl.zeros((N_PAD, BLOCK_V, BLOCK_K4), dtype=tl.int32)
-    for k0 in range(0, K4, BLOCK_K4):
-        k = k0 + cols
-        p_ok = n_ok[:, None] & _in_k(k, K4, EVEN_K)[None, :]
-        p1 = tl.load(p_rows + k[None, :], mask=p_ok, other=0)
-        p2 = tl.load(p_rows + N * K4 + k[None, :], mask=p_ok, other=0)
-        w3 = tl.broadcast_to(w[None, :, :], (N_PAD, BLOCK_V, BLOCK_K4))
-        acc1 = _dp4a(w3, tl.broadcast_to(p1[:, None, :], (N_PAD, BLOCK_V, BLOCK_K4)), acc1, USE_ASM)
-        acc2 = _dp4a(w3, tl.broadcast_to(p2[:, None, :], (N_PAD, BLOCK_V, BLOCK_K4)), acc2, USE_ASM)
-        k_next = k + BLOCK_K4  # the next tile's loads go out before this tile's products retire
-        if EVEN_K:
-            next_ok = row_ok & (tl.full((BLOCK_V,), k0 + BLOCK_K4, tl.int32) < K4)  # one flag a tile
-            w = tl.load(w_rows + k_next[None, :], mask=next_ok[:, None], other=0)
-        else:
-            w = tl.load(w_rows + k_next[None, :], mask=row_ok[:, None] & (k_next < K4)[None, :], other=0)
+    if TMA:  # pipelined: the copies of the next TMA-1 tiles are in flight during this one's products
+        acc1, acc2 = _screen_tile(acc1, acc2, w, p_rows, cols, n_ok, N, K4, EVEN_K, USE_ASM)
+        for k0 in tl.range(BLOCK_K4, K4, BLOCK_K4, num_stages=TMA):
+            w = q_desc.load([pid * BLOCK_V, k0])
+            acc1, acc2 = _screen_tile(acc1, acc2, w, p_rows, k0 + cols, n_ok, N, K4, EVEN_K, USE_ASM)
+    else:
+        for k0 in range(0, K4, BLOCK_K4):
+            k = k0 + cols
+            acc1, acc2 = _screen_tile(acc1, acc2, w, p_rows, k, n_ok, N, K4, EVEN_K, USE_ASM)
+            k_next = k + BLOCK_K4  # the next tile's loads go out before this tile's products retire
+            if EVEN_K:
+                next_ok = row_ok & (tl.full((BLOCK_V,), k0 + BLOCK_K4, tl.int32) < K4)  # one flag a tile
+                w = tl.load(w_rows + k_next[None, :], mask=next_ok[:, None], other=0)
+            else:
+                w = tl.load(w_rows + k_next[None, :], mask=row_ok[:, None] & (k_next < K4)[None, :], other=0)
     stats = stats_ptr + 4 * n
     s1 = tl.load(stats, mask=n_ok, other=0.0)
     s2 = tl.load(stats + 1, mask=n_ok, other=0.0)
@@ -286,7 +308,7 @@ def screened_greedy_triton(
     x: torch.Tensor,
     weight: torch.Tensor,
     screen: GreedyScreen,
-    screen_plan: tuple[int, int, int] | None = None,
+    screen_plan: tuple[int, int, int, int] | None = None,
     select_plan: tuple[int, int, int, int] | None = None,
     count: torch.Tensor | None = None,
 ) -> torch.Tensor:
@@ -306,11 +328,14 @@ def screened_greedy_triton(
     upper = torch.empty((n, v), dtype=torch.float32, device=x.device)
     _limbs_kernel[(n,)](x, limbs, stats, n, k4, x.stride(0), BLOCK_K4=triton.next_power_of_2(k4), num_warps=4,
                         **launch_options(x))  # fmt: skip
-    block_v, block_k, warps = screen_plan or SCREEN_PLAN[min(p for p in SCREEN_PLAN if p >= n)]
+    block_v, block_k, warps, stages = screen_plan or SCREEN_PLAN[min(p for p in SCREEN_PLAN if p >= n)]
+    words = screen.q.view(torch.int32)  # [V, K/4]: four int8 weights a word
+    desc = tma.descriptor(words, [block_v, block_k // 4]) if stages else None
     _screen_kernel[(triton.cdiv(v, block_v),)](
-        screen.q.view(torch.int32), screen.scale, screen.radius, screen.wnorm, limbs, stats, upper, lower_max,
-        n, v, k4, k4, BLOCK_V=block_v, BLOCK_K4=block_k // 4, N_PAD=triton.next_power_of_2(n),
-        EVEN_K=k4 % (block_k // 4) == 0, USE_ASM=x.is_cuda, num_warps=warps, **launch_options(x),
+        words, desc if desc is not None else words, screen.scale, screen.radius, screen.wnorm, limbs, stats, upper,
+        lower_max, n, v, k4, k4, BLOCK_V=block_v, BLOCK_K4=block_k // 4, N_PAD=triton.next_power_of_2(n),
+        EVEN_K=k4 % (block_k // 4) == 0, USE_ASM=x.is_cuda, TMA=stages if desc is not None else 0, num_warps=warps,
+        **launch_options(x),
     )  # fmt: skip
     block_r, maxc, block_k2, warps2 = select_plan or SELECT_PLAN
     programs = triton.cdiv(v, block_r)
