@@ -39,9 +39,10 @@ NO_KEY = tl.constexpr(-(2**63) + 1)  # below every real key (argmax/triton_kerne
 _NORM_MARGIN = tl.constexpr(NORM_MARGIN)
 _SLACK = tl.constexpr(SLACK)
 
-# (BLOCK_V, BLOCK_K in int8 weights, num_warps, TMA stages or 0) of the screen by the largest row count it takes;
-# (BLOCK_R, MAXC, BLOCK_K, num_warps) of the select.
-SCREEN_PLAN = {1: (64, 128, 4, 0), 2: (32, 128, 4, 0), MAX_ROWS: (32, 128, 4, 0)}
+# (BLOCK_V, BLOCK_K in int8 weights, num_warps, TMA stages or 0) of the screen by the largest row count it takes,
+# the best of `greedy_head.bench --sweep` on the H200 (2026-12-03, docs/performance.md): 128.3 / 130.6 / 159.3 us
+# at 1 / 2 / 4 rows; (BLOCK_R, MAXC, BLOCK_K, num_warps) of the select.
+SCREEN_PLAN = {1: (64, 128, 4, 4), 2: (64, 128, 4, 4), MAX_ROWS: (128, 64, 4, 4)}
 SELECT_PLAN = (512, 8, 1024, 4)
 
 
