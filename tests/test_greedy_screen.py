@@ -5,6 +5,11 @@ step eagerly (the screen runs through its torch reference here, its Triton kerne
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -89,3 +94,16 @@ def test_captured_greedy_graphs_give_the_full_heads_tokens(model_dir):
         outs[screen] += [llm.generate(prompts[0], greedy)[0].outputs[0].token_ids]  # batch 1
         del llm
     assert outs[True] == outs[False]
+
+
+def test_screen_rows_script_on_the_trained_demo_model():
+    """``scripts/screen_rows.py``: the trained demo head leaves about one row per token to compute exactly."""
+    root = Path(__file__).resolve().parents[1]
+    run = subprocess.run(
+        [sys.executable, str(root / "scripts" / "screen_rows.py"), "--model", str(root / "src/hyserve/demo_model"),
+         "--device", "cpu", "--prompts", "8", "--max-tokens", "3"],
+        env=dict(os.environ, PYTHONPATH=str(root / "src")), capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr[-2000:]
+    line = next(x for x in run.stdout.splitlines() if x.startswith("rows computed exactly"))
+    assert float(line.split("max ")[1]) <= 4  # of 320 rows
