@@ -1,8 +1,9 @@
 """``y = [residual +] rms_norm(x) W^T`` without bias: the model's projections and LM head.
 
-Few rows (decode at small batch, x [M <= 4, K]) go to the Triton GEMV (``triton_kernel.py``) where
-``configs/gemv.json`` has a plan for the weight's (N, K) and that plan is not ``"cublas"``; everything
-else (prefill, bigger batches, shapes the sweep found cuBLAS faster on) goes to cuBLAS, after the
+Few rows (decode at small batch, x [M <= 4, K], or fewer where the plan's ``"max_rows"`` says so) go to the
+Triton GEMV (``triton_kernel.py``) where ``configs/gemv.json`` has a plan for the weight's (N, K) and that plan is
+not ``"cublas"``; everything else (prefill, bigger batches, shapes the sweep found cuBLAS faster on) goes to
+cuBLAS, after the
 Triton ``rms_norm`` when there is a norm, with the residual added in cuBLAS's epilogue (``addmm_``). The JSON is
 written by ``python -m hyserve.kernels.linear.bench --write`` on the GPU.
 """
@@ -60,7 +61,7 @@ def linear(
         and (residual is None or residual.is_contiguous())
     ):
         plan = gemv_plan(*weight.shape)
-        if plan is not None:
+        if plan is not None and rows <= plan.get("max_rows", GEMV_MAX_ROWS):
             from hyserve.kernels.linear.triton_kernel import gemv_triton
 
             x2 = x.reshape(rows, x.shape[-1])

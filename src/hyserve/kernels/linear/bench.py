@@ -4,6 +4,10 @@
 (``F.linear``) and every GEMV tile config, CUDA-graph replay with weights rotated over copies that
 overflow the L2; GB/s and % of 4.0 TB/s. ``--write`` stores the winner per shape in
 ``configs/gemv.json`` (``"cublas"`` where cuBLAS won), which ``linear()`` reads.
+
+``--max-rows [--write]``: per shape, the committed plan against cuBLAS at 1..4 rows; the plan's ``max_rows``
+becomes the last row count before the first at which cuBLAS wins by more than ``NORM_US`` (the cuBLAS path
+runs the pre-norm as a launch of its own, which the GEMV fuses).
 """
 
 from __future__ import annotations
@@ -16,7 +20,7 @@ import torch
 import torch.nn.functional as F
 
 from hyserve.kernels.gated_delta_rule.bench import COLD_BYTES, DEVICE, DTYPE, HBM, Cycle, fmt, time_ms
-from hyserve.kernels.linear import CONFIG_PATH
+from hyserve.kernels.linear import CONFIG_PATH, GEMV_MAX_ROWS
 from hyserve.kernels.linear.triton_kernel import gemv_triton
 
 # Qwen3.6-35B-A3B: DeltaNet in_proj (qkv|z|b|a), DeltaNet out_proj and attention o_proj, attention qkv,
@@ -74,6 +78,40 @@ def bench_shape(n: int, k: int, rows: int, cands: list[dict]) -> tuple[list[dict
     return rows_out, best[1]
 
 
+NORM_US = 2.0  # what the separate norm launch of the cuBLAS path costs at these shapes (a GEMV plan fuses it)
+
+
+def bench_max_rows(n: int, k: int, plan: dict) -> tuple[list[dict], int]:
+    """(the GEMV with ``plan`` against cuBLAS at 1..GEMV_MAX_ROWS rows, the plan's max_rows)."""
+    table, max_rows = [], GEMV_MAX_ROWS
+    for rows in range(1, GEMV_MAX_ROWS + 1):
+        out, _ = bench_shape(n, k, rows, [plan])
+        cublas, gemv = (next(r["us"] for r in out if (r["cfg"] == "cublas") == c) for c in (True, False))
+        table.append(dict(shape=f"{n}x{k}", rows=rows, gemv_us=gemv, cublas_us=cublas))
+        if max_rows == GEMV_MAX_ROWS and gemv > cublas + NORM_US:
+            max_rows = rows - 1
+    return table, max_rows
+
+
+def main_max_rows(write: bool, shapes) -> None:
+    from hyserve.kernels.linear import gemv_plan
+
+    doc = json.loads(CONFIG_PATH.read_text())
+    table = []
+    for n, k in shapes:
+        plan = gemv_plan(n, k)
+        if plan is None:
+            continue
+        rows, max_rows = bench_max_rows(n, k, {key: v for key, v in plan.items() if key != "max_rows"})
+        table += rows
+        doc["plans"][f"{n}x{k}"] = {**plan, "max_rows": max_rows} if max_rows < GEMV_MAX_ROWS else plan
+        print(f"{n}x{k}: max_rows {max_rows}", flush=True)
+    print(fmt(table))
+    if write:
+        CONFIG_PATH.write_text(json.dumps(doc, indent=1) + "\n")
+        print(f"wrote {CONFIG_PATH}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--rows", type=int, default=1)
@@ -83,12 +121,17 @@ def main() -> None:
     parser.add_argument("--block-k", default="256,512,1024", help="the BLOCK_K values to sweep")
     parser.add_argument("--merge", action="store_true", help="--write keeps the plans of shapes not swept")
     parser.add_argument("--tma", default="", help="TMA stage counts to add to the sweep, e.g. 3,4,6")
+    parser.add_argument(
+        "--max-rows", action="store_true", help="the committed plans against cuBLAS at 1..4 rows"
+    )
     args = parser.parse_args()
     tma = tuple(int(t) for t in args.tma.split(",") if t)
     cands = configs(tuple(int(k) for k in args.block_k.split(",")), tma)
     shapes = SHAPES
     if args.shapes:
         shapes = tuple(tuple(int(d) for d in s.split("x")) for s in args.shapes.split(","))
+    if args.max_rows:
+        return main_max_rows(args.write, shapes)
     if DEVICE != "cuda" or args.quick:
         cands, shapes = [{"BLOCK_N": 4, "BLOCK_K": 64, "num_warps": 4}], ((96, 80),)
     plans, table = {}, []

@@ -171,7 +171,27 @@ def test_dispatch(monkeypatch):
     assert len(calls) == 1
 
 
+def test_plan_max_rows(monkeypatch):
+    """A plan's ``max_rows`` caps the rows it takes (the LM head's GEMV loses to cuBLAS from 2 rows)."""
+    calls = []
+    real = gemv_triton
+    monkeypatch.setattr(
+        triton_kernel, "gemv_triton", lambda *a, **k: calls.append(a[0].shape) or real(*a, **k)
+    )
+    monkeypatch.setattr(linear_op, "_plans", lambda: {"24x48": {"BLOCK_N": 8, "BLOCK_K": 16, "max_rows": 1}})
+    x, w = _inputs(3, 24, 48, torch.float32, seed=6)
+    assert _rel(linear_op.linear(x, w), linear_reference(x, w)) < 1e-5  # 3 rows: cuBLAS
+    assert _rel(linear_op.linear(x[:1], w), linear_reference(x[:1], w)) < 1e-5  # 1 row: the GEMV
+    assert calls == [(1, 48)]
+
+
 def test_bench_smoke(capsys):
     bench = importlib.import_module("hyserve.kernels.linear.bench")
     rows, best = bench.bench_shape(40, 64, 1, [{"BLOCK_N": 4, "BLOCK_K": 32}])
     assert len(rows) == 2 and best in ("cublas", {"BLOCK_N": 4, "BLOCK_K": 32})
+
+
+def test_bench_max_rows_smoke():
+    bench = importlib.import_module("hyserve.kernels.linear.bench")
+    table, max_rows = bench.bench_max_rows(40, 64, {"BLOCK_N": 4, "BLOCK_K": 32})
+    assert [r["rows"] for r in table] == [1, 2, 3, 4] and 0 <= max_rows <= 4
