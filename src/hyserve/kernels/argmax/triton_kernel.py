@@ -24,12 +24,24 @@ BLOCK = 2048  # columns a program takes: 122 programs over the 248k vocabulary
 
 
 @triton.jit
+def _ordered(v):
+    """fp32 -> int32 whose signed order is v's order (negative values get their magnitude bits flipped; the
+    flip is its own inverse, ``_unordered``)."""
+    bits = v.to(tl.int32, bitcast=True)
+    return tl.where(bits < 0, bits ^ 0x7FFFFFFF, bits)
+
+
+@triton.jit
+def _unordered(key):
+    """The fp32 of an ``_ordered`` key."""
+    return tl.where(key < 0, key ^ 0x7FFFFFFF, key).to(tl.float32, bitcast=True)
+
+
+@triton.jit
 def _keys(v, cols):
     """v [BLOCK] fp32 at columns cols [BLOCK] -> their int64 keys (see the module docstring)."""
     v = v + 0.0  # -0.0 -> +0.0
-    bits = v.to(tl.int32, bitcast=True)
-    ordered = tl.where(bits < 0, bits ^ 0x7FFFFFFF, bits)
-    ordered = tl.where(v != v, 0x7FFFFFFF, ordered)
+    ordered = tl.where(v != v, 0x7FFFFFFF, _ordered(v))
     return (ordered.to(tl.int64) << 32) | (4294967295 - cols.to(tl.int64))
 
 

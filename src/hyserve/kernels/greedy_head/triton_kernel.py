@@ -27,7 +27,7 @@ import triton
 import triton.language as tl
 
 from hyserve.kernels import tma
-from hyserve.kernels.argmax.triton_kernel import _keys
+from hyserve.kernels.argmax.triton_kernel import _keys, _ordered, _unordered
 from hyserve.kernels.greedy_head import MAX_ROWS
 from hyserve.kernels.greedy_head.reference import NORM_MARGIN, SLACK, GreedyScreen
 from hyserve.kernels.pdl import launch_options, wait_for_previous
@@ -44,19 +44,6 @@ _SLACK = tl.constexpr(SLACK)
 # at 1 / 2 / 4 rows; (BLOCK_R, MAXC, BLOCK_K, num_warps) of the select.
 SCREEN_PLAN = {1: (64, 128, 4, 4), 2: (64, 128, 4, 4), MAX_ROWS: (128, 64, 4, 4)}
 SELECT_PLAN = (512, 8, 1024, 4)
-
-
-@triton.jit
-def _ordered(v):
-    """fp32 -> int32 whose signed order is v's order (negative values get their magnitude bits flipped)."""
-    bits = v.to(tl.int32, bitcast=True)
-    return tl.where(bits < 0, bits ^ 0x7FFFFFFF, bits)
-
-
-@triton.jit
-def _unordered(key):
-    """The inverse of ``_ordered`` (the same flip)."""
-    return tl.where(key < 0, key ^ 0x7FFFFFFF, key).to(tl.float32, bitcast=True)
 
 
 @triton.jit
