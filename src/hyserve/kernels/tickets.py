@@ -1,5 +1,6 @@
 """Ticket counters of the last-program reductions (the fused MoE router, the DeltaNet decode step's head
-tickets, ``logits_argmax``): zeroed int32 counters that every launch leaves at zero (docs/kernels.md).
+tickets, ``logits_argmax``, the greedy head): zeroed int32 counters that every launch leaves at zero
+(docs/kernels.md), and other state a launch leaves as it found it (``kernel_state``).
 
 Each kernel owns its counters (two kernels can be resident at once under PDL). They are allocated outside any
 CUDA-graph capture: a tensor first allocated while capturing lives in the graphs' shared memory pool, where
@@ -21,15 +22,28 @@ def ticket_counters(owner: str, device: torch.device, n: int, minimum: int = 1) 
     """At least ``n`` zeroed int32 counters of ``owner``'s kernel on ``device`` (the same tensor on every call
     until ``n`` outgrows it; a new one holds at least ``minimum``). Raises RuntimeError when it would have to be
     allocated inside a CUDA-graph capture."""
+    return kernel_state(owner, device, n, minimum=minimum)
+
+
+def kernel_state(
+    owner: str,
+    device: torch.device,
+    n: int,
+    dtype: torch.dtype = torch.int32,
+    fill: int = 0,
+    minimum: int = 1,
+) -> torch.Tensor:
+    """``ticket_counters`` for any state a kernel leaves as it found it: at least ``n`` values of ``dtype``,
+    ``fill`` when allocated (e.g. the identity of an atomic max)."""
     key = (owner, str(device))
     c = _COUNTERS.get(key)
     if c is None or c.numel() < n:
         if device.type == "cuda" and torch.cuda.is_current_stream_capturing():
             raise RuntimeError(
-                f"the ticket counters of {owner} ({n}) must be allocated before CUDA-graph capture: run that "
-                "batch size eagerly first"
+                f"the state of {owner} ({n}) must be allocated before CUDA-graph capture: run that batch size "
+                "eagerly first"
             )
         if c is not None:
             _OUTGROWN.append(c)
-        c = _COUNTERS[key] = torch.zeros(max(n, minimum), dtype=torch.int32, device=device)
+        c = _COUNTERS[key] = torch.full((max(n, minimum),), fill, dtype=dtype, device=device)
     return c

@@ -31,6 +31,7 @@ from hyserve.kernels.argmax.triton_kernel import _keys, _ordered, _unordered
 from hyserve.kernels.greedy_head import MAX_ROWS
 from hyserve.kernels.greedy_head.reference import NORM_MARGIN, SLACK, GreedyScreen
 from hyserve.kernels.pdl import launch_options, wait_for_previous
+from hyserve.kernels.tickets import kernel_state, ticket_counters
 
 # Globals a kernel reads must be constexpr.
 INT32_MIN = tl.constexpr(-(2**31))
@@ -274,22 +275,13 @@ def _select_kernel(
         tl.atomic_xchg(counter_ptr + r, 0, sem="relaxed", scope="gpu")
 
 
-_STATE: dict[str, tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = {}
-
-
 def _state(device: torch.device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(lower_max int32, best int64, counter int32), MAX_ROWS each, reset; allocated outside graph capture
-    (``kernels/tickets.py`` says why)."""
-    key = str(device)
-    if key not in _STATE:
-        if device.type == "cuda" and torch.cuda.is_current_stream_capturing():
-            raise RuntimeError("the greedy head's state must be allocated before CUDA-graph capture")
-        _STATE[key] = (
-            torch.full((MAX_ROWS,), INT32_MIN.value, dtype=torch.int32, device=device),
-            torch.full((MAX_ROWS,), INT64_MIN.value, dtype=torch.int64, device=device),
-            torch.zeros(MAX_ROWS, dtype=torch.int32, device=device),
-        )
-    return _STATE[key]
+    """(lower_max int32, best int64, counter int32), MAX_ROWS each, reset (``kernels/tickets.py``)."""
+    return (
+        kernel_state("greedy head lower_max", device, MAX_ROWS, fill=INT32_MIN.value),
+        kernel_state("greedy head best", device, MAX_ROWS, dtype=torch.int64, fill=INT64_MIN.value),
+        ticket_counters("greedy head", device, MAX_ROWS),
+    )
 
 
 def screened_greedy_triton(
