@@ -5,7 +5,7 @@ usage: python scripts/screen_rows.py --model DIR [--device cpu] [--prompts 60] [
 Generates greedily from random addition prompts (the demo model's task; any model folder works, the prompts are
 then just text), catches the hidden states the LM head receives, and runs the screen's torch reference
 (``kernels/greedy_head``) on them: the rows computed exactly per token (mean, median, p90, max), the top-1 to
-top-2 logit gap against the screen's bound, and a check that every screened token equals the full head's. The
+top-2 logit gap against the bound's main term (radius x ||x||), and a check that every screened token equals the full head's. The
 dummy 35B model leaves ~40 of 248320 rows (``greedy_head.bench``); a trained head separates its logits more.
 """
 
@@ -46,14 +46,17 @@ def main() -> None:
         rows.append(r.float())
     r = torch.cat(rows)
     top2 = (x @ weight.float().T).topk(2, dim=1).values
-    bound = screen.radius[torch.cat(tokens)] * x.norm(dim=1)
+    radius = screen.radius[torch.cat(tokens)] * x.norm(
+        dim=1
+    )  # the bound's main term (the limbs' term is ~1/127 of it)
     print(f"{x.shape[0]} tokens, vocab {weight.shape[0]}, hidden {weight.shape[1]}")
     print(
         f"rows computed exactly per token: mean {r.mean():.2f}, median {r.median():.0f}, "
         f"p90 {r.quantile(0.9):.0f}, max {r.max():.0f}"
     )
     print(
-        f"top-1 minus top-2 logit: median {(top2[:, 0] - top2[:, 1]).median():.3f}; the bound: median {bound.median():.4f}"
+        f"top-1 minus top-2 logit: median {(top2[:, 0] - top2[:, 1]).median():.3f}; radius x ||x||: median "
+        f"{radius.median():.4f}"
     )
 
 

@@ -117,8 +117,11 @@ def _limbs_kernel(x_ptr, p_ptr, stats_ptr, N, K4, stride_x, BLOCK_K4: tl.constex
     out = p_ptr + r.to(tl.int64) * K4 + c
     tl.store(out, p1, mask=ok)
     tl.store(out + N * K4, p2, mask=ok)
-    tl.store(stats_ptr + 4 * r + tl.arange(0, 4), tl.where(tl.arange(0, 4) == 0, s1, tl.where(tl.arange(0, 4) == 1, s2,
-             tl.where(tl.arange(0, 4) == 2, tl.sqrt(tl.sum(ss, axis=0)), tl.sqrt(tl.sum(es, axis=0))))))  # fmt: skip
+    stats = stats_ptr + 4 * r
+    tl.store(stats, s1)
+    tl.store(stats + 1, s2)
+    tl.store(stats + 2, tl.sqrt(tl.sum(ss, axis=0)))
+    tl.store(stats + 3, tl.sqrt(tl.sum(es, axis=0)))
 
 
 @triton.jit

@@ -3,9 +3,8 @@
 Few rows (decode at small batch, x [M <= 4, K], or fewer where the plan's ``"max_rows"`` says so) go to the
 Triton GEMV (``triton_kernel.py``) where ``configs/gemv.json`` has a plan for the weight's (N, K) and that plan is
 not ``"cublas"``; everything else (prefill, bigger batches, shapes the sweep found cuBLAS faster on) goes to
-cuBLAS, after the
-Triton ``rms_norm`` when there is a norm, with the residual added in cuBLAS's epilogue (``addmm_``). The JSON is
-written by ``python -m hyserve.kernels.linear.bench --write`` on the GPU.
+cuBLAS, after the Triton ``rms_norm`` when there is a norm, with the residual added in cuBLAS's epilogue
+(``addmm_``). The JSON is written by ``python -m hyserve.kernels.linear.bench --write`` on the GPU.
 """
 
 from __future__ import annotations
