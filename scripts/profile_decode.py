@@ -69,6 +69,11 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--top", type=int, default=25, help="kernel names to list per batch size")
     parser.add_argument("--trace-dir", default=None)
+    parser.add_argument(
+        "--by-predecessor",
+        default="_gemv_kernel",
+        help="kernel names (comma-separated substrings) to tally per kernel before them ('' for none)",
+    )
     ns = parser.parse_args()
     llm = LLM.from_engine_args(engine_args_from(ns))
     engine = llm.engine
@@ -90,7 +95,7 @@ def main() -> None:
             _run_steps(engine, ns.steps)
         while engine.has_unfinished_requests():
             engine.step()
-        rows = kernel_times(prof, ns.steps)
+        rows = kernel_times(prof, ns.steps, tuple(p for p in ns.by_predecessor.split(",") if p))
         kernel_us = sum(r[2] for r in rows)
         busy_us = sum(r[3] for r in rows)
         print(

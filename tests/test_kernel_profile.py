@@ -22,3 +22,10 @@ def test_added_time_sums_to_the_busy_timeline_with_overlap_and_gaps(capsys):
     assert sum(r[3] for r in rows.values()) == 30 - 5  # the timeline minus the idle gap 15-20
     print_kernel_table(list(rows.values()), step_ms=0.03, top=5)
     assert "added us" in capsys.readouterr().out
+
+
+def test_by_predecessor_splits_one_kernel_by_the_kernel_before_it():
+    events = [_ev("moe_down", 0, 4), _ev("gemv", 4, 10), _ev("gdn_step", 10, 12), _ev("gemv", 12, 15)]
+    rows = {r[0]: r for r in _per_name(events, steps=1, by_predecessor=("gemv",))}
+    assert rows["gemv <- moe_down"][1:] == (1, 6, 6) and rows["gemv <- gdn_step"][1:] == (1, 3, 3)
+    assert "gemv" not in rows and rows["gdn_step"][3] == 2

@@ -16,9 +16,14 @@ from collections.abc import Iterable
 import torch
 
 
-def kernel_times(prof: torch.profiler.profile, steps: int) -> list[tuple[str, float, float, float]]:
+def kernel_times(
+    prof: torch.profiler.profile, steps: int, by_predecessor: tuple[str, ...] = ()
+) -> list[tuple[str, float, float, float]]:
     """[(kernel name, launches per step, microseconds per step, microseconds added per step)], longest
-    first. The device events are taken in start order as one stream (what a decode graph replay is)."""
+    first. The device events are taken in start order as one stream (what a decode graph replay is).
+    Kernels whose name contains one of ``by_predecessor`` are tallied per kernel launched before them, as
+    "name <- predecessor" (one kernel serving several ops, e.g. the GEMV of in_proj after the MoE and of
+    out_proj after the DeltaNet step)."""
     return _per_name(
         (
             ev
@@ -26,17 +31,25 @@ def kernel_times(prof: torch.profiler.profile, steps: int) -> list[tuple[str, fl
             if ev.device_type == torch.autograd.DeviceType.CUDA and ev.device_time > 0
         ),
         steps,
+        by_predecessor,
     )
 
 
-def _per_name(events: Iterable, steps: int) -> list[tuple[str, float, float, float]]:
+def _per_name(
+    events: Iterable, steps: int, by_predecessor: tuple[str, ...] = ()
+) -> list[tuple[str, float, float, float]]:
     per_name: dict[str, list[float]] = defaultdict(lambda: [0, 0.0, 0.0])
     prev_end = None
+    prev_name = "start"
     for ev in sorted(events, key=lambda e: e.time_range.start):
         start, end = ev.time_range.start, ev.time_range.end
         added = end - (start if prev_end is None else max(prev_end, start))
         prev_end = end if prev_end is None else max(prev_end, end)
-        row = per_name[ev.name]
+        name = ev.name
+        if any(part in name for part in by_predecessor):
+            name = f"{name[:40]} <- {prev_name[:60]}"
+        prev_name = ev.name
+        row = per_name[name]
         row[0] += 1
         row[1] += ev.device_time
         row[2] += max(added, 0.0)
