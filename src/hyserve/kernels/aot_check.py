@@ -45,7 +45,11 @@ def main() -> None:
             (1, 0, 0, 3),
             (0, 1, 0, 4),
         ]
-        variants = [(*v, 0, 0) for v in variants] + [(1, 0, 0, 0, 1, 0), (0, 1, 0, 0, 1, 0), (0, 1, 0, 0, 1, 1)]
+        variants = [(*v, 0, 0) for v in variants] + [
+            (1, 0, 0, 0, 1, 0),
+            (0, 1, 0, 0, 1, 0),
+            (0, 1, 0, 0, 1, 1),
+        ]
         for norm, res, red, tma, bx, pf in variants:  # HAS_NORM, HAS_RES, REDUCE_EACH, TMA, BCAST_X, PREFETCH
             bk = min(256, plan["BLOCK_K"]) if tma else plan["BLOCK_K"]
             types = dict(gemv_types, w_desc=f"tensordesc<bf16[{plan['BLOCK_N']}, {bk}]>" if tma else BF)
