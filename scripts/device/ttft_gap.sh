@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Prepared (~5 min from a cold machine): where the HTTP part of the time to first token goes, on one machine.
+# Run on 2026-12-04 at 1e66758 (docs/performance.md: the idle gap changes nothing, HTTP adds ~1-2 ms). Prepared (~5 min from a cold machine): where the HTTP part of the time to first token goes, on one machine.
 # The first token without HTTP at 128 / 1024 / 4096 tokens back to back and after 20 ms and 200 ms of an idle
 # GPU (scripts/profile_prefill.py --gap-ms), then the HTTP table with the SM clock and power logged every 20 ms
 # (nvidia-smi, $OUT/clocks.csv): HTTP has added 1.6 / 2.7 / 1.8 ms at 128 / 1024 / 4096 across runs on
