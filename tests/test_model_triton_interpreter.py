@@ -45,7 +45,7 @@ def triton_kernels(monkeypatch):
     monkeypatch.setenv("TRITON_INTERPRET", "1")
     calls = {"gemv": 0, "pairs": 0}
 
-    def gemv_plan(n: int, k: int, rows: int = 1) -> dict:
+    def gemv_plan(n: int, k: int) -> dict:
         calls["gemv"] += 1
         return {"BLOCK_N": 8, "BLOCK_K": 32}
 

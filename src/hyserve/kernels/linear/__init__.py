@@ -1,11 +1,10 @@
 """``y = [residual +] rms_norm(x) W^T`` without bias: the model's projections and LM head.
 
 Few rows (decode at small batch, x [M <= 4, K], or fewer where the plan's ``"max_rows"`` says so) go to the
-Triton GEMV (``triton_kernel.py``) where ``configs/gemv.json`` has a plan for the weight's (N, K) and that plan
-is not ``"cublas"``, with tiles of their own per row count where the plan's ``"by_rows"`` has them; everything
-else (prefill, bigger batches, shapes the sweep found cuBLAS faster on) goes to cuBLAS, after the Triton
-``rms_norm`` when there is a norm, with the residual added in cuBLAS's epilogue (``addmm_``). The JSON is
-written by ``python -m hyserve.kernels.linear.bench --write`` (``--max-rows``, ``--rows-plans``) on the GPU.
+Triton GEMV (``triton_kernel.py``) where ``configs/gemv.json`` has a plan for the weight's (N, K) and that plan is
+not ``"cublas"``; everything else (prefill, bigger batches, shapes the sweep found cuBLAS faster on) goes to
+cuBLAS, after the Triton ``rms_norm`` when there is a norm, with the residual added in cuBLAS's epilogue
+(``addmm_``). The JSON is written by ``python -m hyserve.kernels.linear.bench --write`` on the GPU.
 """
 
 from __future__ import annotations
@@ -32,15 +31,10 @@ def _plans() -> dict[str, dict | str]:
     return json.loads(CONFIG_PATH.read_text())["plans"]
 
 
-def gemv_plan(n: int, k: int, rows: int = 1) -> dict | None:
-    """The GEMV tiles for a weight [n, k] and ``rows`` rows of x, or None (cuBLAS): no plan, cuBLAS won, or
-    more rows than the plan's ``"max_rows"``. A plan's ``"by_rows"`` ({"2": tiles, "4": tiles}, keyed by
-    the rows' next power of two, the GEMV's BLOCK_M) replaces its one-row tiles at more rows."""
+def gemv_plan(n: int, k: int) -> dict | None:
+    """The tuned GEMV tiles for a weight [n, k], or None (cuBLAS) when there is none or cuBLAS won."""
     plan = _plans().get(f"{n}x{k}")
-    if not isinstance(plan, dict) or rows > plan.get("max_rows", GEMV_MAX_ROWS):
-        return None
-    block_m = 1 << max(rows - 1, 0).bit_length()
-    return plan.get("by_rows", {}).get(str(block_m), plan)
+    return plan if isinstance(plan, dict) else None
 
 
 def linear(
@@ -65,8 +59,8 @@ def linear(
         and weight.stride(-1) == 1
         and (residual is None or residual.is_contiguous())
     ):
-        plan = gemv_plan(*weight.shape, rows)
-        if plan is not None:
+        plan = gemv_plan(*weight.shape)
+        if plan is not None and rows <= plan.get("max_rows", GEMV_MAX_ROWS):
             from hyserve.kernels.linear.triton_kernel import gemv_triton
 
             x2 = x.reshape(rows, x.shape[-1])

@@ -112,52 +112,6 @@ def main_max_rows(write: bool, shapes) -> None:
         print(f"wrote {CONFIG_PATH}")
 
 
-def rows_configs(rows: int, plan: dict) -> list[dict]:
-    """Candidate tiles at ``rows`` rows: the one-row plan, and BLOCK_N 1 / 2 / 4 with a K tile of 512 or 1024
-    per row (``gemv_triton`` divides BLOCK_K by the rows' next power of two), plain, REDUCE_EACH or BCAST_X."""
-    m = 1 << (rows - 1).bit_length()
-    base = {key: v for key, v in plan.items() if key not in ("max_rows", "by_rows")}
-    out = [base]
-    for n, k, opt in itertools.product((1, 2, 4), (512, 1024), ({}, {"REDUCE_EACH": 1}, {"BCAST_X": 1})):
-        cfg = {"BLOCK_N": n, "BLOCK_K": k * m, "num_warps": 4, **opt}
-        if cfg != base:
-            out.append(cfg)
-    return out
-
-
-def main_rows_plans(write: bool, shapes, row_counts: tuple[int, ...]) -> None:
-    """Tiles of their own at 2 and 4 rows (``"by_rows"``), and the ``max_rows`` they earn against cuBLAS: a row
-    count takes the GEMV only if it beats cuBLAS plus the norm launch that cuBLAS's path adds, and only while
-    every smaller row count does too."""
-    doc = json.loads(CONFIG_PATH.read_text())
-    table = []
-    for n, k in shapes:
-        plan = doc["plans"].get(f"{n}x{k}")
-        if not isinstance(plan, dict):
-            continue
-        by_rows, max_rows = {}, 1
-        for rows in row_counts:
-            out, best = bench_shape(n, k, rows, rows_configs(rows, plan))
-            cublas = next(r["us"] for r in out if r["cfg"] == "cublas")
-            gemv = min((r for r in out if r["cfg"] != "cublas"), key=lambda r: r["us"])
-            table.append(
-                dict(shape=f"{n}x{k}", rows=rows, cublas_us=cublas, gemv_us=gemv["us"], cfg=gemv["cfg"])
-            )
-            print(table[-1], flush=True)
-            if gemv["us"] > cublas + NORM_US or max_rows < rows // 2:
-                break
-            by_rows[str(rows)] = next(c for c in rows_configs(rows, plan) if str(c) == gemv["cfg"])
-            max_rows = rows
-        new = {key: v for key, v in plan.items() if key not in ("max_rows", "by_rows")}
-        doc["plans"][f"{n}x{k}"] = {**new, **({"max_rows": max_rows} if max_rows < GEMV_MAX_ROWS else {}),
-                                    **({"by_rows": by_rows} if by_rows else {})}  # fmt: skip
-        print(f"{n}x{k}: max_rows {max_rows}, by_rows {by_rows}", flush=True)
-    print(fmt(table))
-    if write:
-        CONFIG_PATH.write_text(json.dumps(doc, indent=1) + "\n")
-        print(f"wrote {CONFIG_PATH}")
-
-
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--rows", type=int, default=1)
@@ -170,11 +124,6 @@ def main() -> None:
     parser.add_argument(
         "--max-rows", action="store_true", help="the committed plans against cuBLAS at 1..4 rows"
     )
-    parser.add_argument(
-        "--rows-plans",
-        default="",
-        help="row counts (e.g. 2,4) to sweep tiles of their own at, written as the plans' by_rows and max_rows",
-    )
     args = parser.parse_args()
     tma = tuple(int(t) for t in args.tma.split(",") if t)
     cands = configs(tuple(int(k) for k in args.block_k.split(",")), tma)
@@ -183,8 +132,6 @@ def main() -> None:
         shapes = tuple(tuple(int(d) for d in s.split("x")) for s in args.shapes.split(","))
     if args.max_rows:
         return main_max_rows(args.write, shapes)
-    if args.rows_plans:
-        return main_rows_plans(args.write, shapes, tuple(int(r) for r in args.rows_plans.split(",")))
     if DEVICE != "cuda" or args.quick:
         cands, shapes = [{"BLOCK_N": 4, "BLOCK_K": 64, "num_warps": 4}], ((96, 80),)
     plans, table = {}, []

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import importlib
-import json
 
 import pytest
 import torch
@@ -198,37 +197,3 @@ def test_bench_max_rows_smoke():
     bench = importlib.import_module("hyserve.kernels.linear.bench")
     table, max_rows = bench.bench_max_rows(40, 64, {"BLOCK_N": 4, "BLOCK_K": 32})
     assert [r["rows"] for r in table] == [1, 2, 3, 4] and 0 <= max_rows <= 4
-
-
-def test_plan_by_rows(monkeypatch):
-    """``by_rows`` tiles replace the one-row tiles at their row count (3 rows take the 4-row tiles)."""
-    one, two, four = {"BLOCK_N": 8, "BLOCK_K": 16}, {"BLOCK_N": 2, "BLOCK_K": 32}, {"BLOCK_N": 1, "BLOCK_K": 64}
-    monkeypatch.setattr(linear_op, "_plans", lambda: {"24x48": {**one, "by_rows": {"2": two, "4": four}}})
-    assert [linear_op.gemv_plan(24, 48, r) for r in (1, 2, 3, 4)] == [
-        {**one, "by_rows": {"2": two, "4": four}},
-        two,
-        four,
-        four,
-    ]
-    monkeypatch.setattr(linear_op, "_plans", lambda: {"24x48": {**one, "max_rows": 2, "by_rows": {"2": two}}})
-    assert linear_op.gemv_plan(24, 48, 3) is None and linear_op.gemv_plan(24, 48, 2) == two
-    calls = []
-    real = gemv_triton
-    monkeypatch.setattr(triton_kernel, "gemv_triton", lambda *a, **k: calls.append(a[2]) or real(*a, **k))
-    x, w = _inputs(2, 24, 48, torch.float32, seed=7)
-    assert _rel(linear_op.linear(x, w), linear_reference(x, w)) < 1e-5
-    assert calls == [two]
-
-
-def test_bench_rows_plans_smoke(tmp_path, monkeypatch):
-    """``--rows-plans`` writes a plan whose by_rows and max_rows agree (CPU timings decide nothing here)."""
-    bench = importlib.import_module("hyserve.kernels.linear.bench")
-    path = tmp_path / "gemv.json"
-    path.write_text(json.dumps({"note": "", "plans": {"40x64": {"BLOCK_N": 4, "BLOCK_K": 32}}}))
-    monkeypatch.setattr(bench, "CONFIG_PATH", path)
-    monkeypatch.setattr(bench, "rows_configs", lambda rows, plan: [{"BLOCK_N": 2, "BLOCK_K": 32 * rows}])
-    bench.main_rows_plans(True, ((40, 64),), (2, 4))
-    plan = json.loads(path.read_text())["plans"]["40x64"]
-    assert plan["BLOCK_N"] == 4 and plan["BLOCK_K"] == 32
-    max_rows = plan.get("max_rows", 4)
-    assert sorted(plan.get("by_rows", {})) == [r for r in ("2", "4") if int(r) <= max_rows]
