@@ -96,7 +96,6 @@ def _gemv_kernel(
     REDUCE_EACH: tl.constexpr,
     TMA: tl.constexpr,
     BCAST_X: tl.constexpr,
-    PREFETCH: tl.constexpr,
     USE_PDL: tl.constexpr,
 ):
     """w_desc: W's tensor descriptor with [BLOCK_N, BLOCK_K] boxes when TMA > 0 (else unused)."""
@@ -128,8 +127,8 @@ def _gemv_kernel(
     else:
         acc = tl.zeros((BLOCK_M, BLOCK_N, BLOCK_K), dtype=tl.float32)
         ss = tl.zeros((BLOCK_M, BLOCK_K), dtype=tl.float32)
+    acc, ss = _gemv_tile(acc, ss, w, g, x_rows, kk, kk < K, mm, HAS_NORM, REDUCE_EACH, BCAST_X)
     if TMA:  # pipelined: the copies of the next TMA-1 tiles are in flight during this one's multiply
-        acc, ss = _gemv_tile(acc, ss, w, g, x_rows, kk, kk < K, mm, HAS_NORM, REDUCE_EACH, BCAST_X)
         for k0 in tl.range(BLOCK_K, K, BLOCK_K, num_stages=TMA):
             k = k0 + kk
             km = k < K
@@ -137,17 +136,7 @@ def _gemv_kernel(
             if HAS_NORM:
                 g = tl.load(g_ptr + k, mask=km, other=0.0)
             acc, ss = _gemv_tile(acc, ss, w, g, x_rows, k, km, mm, HAS_NORM, REDUCE_EACH, BCAST_X)
-    elif PREFETCH:  # tile i + 1's loads are issued before tile i's multiply: two tiles in flight a program
-        for k0 in range(0, K, BLOCK_K):
-            kn = k0 + BLOCK_K + kk  # past K on the last tile: masked off, no memory traffic
-            w_next = tl.load(w_rows + kn[None, :], mask=nm[:, None] & (kn < K)[None, :], other=0.0)
-            k = k0 + kk
-            if HAS_NORM:  # tile 0's again (an L1 hit), so that one loop body serves every tile
-                g = tl.load(g_ptr + k, mask=k < K, other=0.0)
-            acc, ss = _gemv_tile(acc, ss, w, g, x_rows, k, k < K, mm, HAS_NORM, REDUCE_EACH, BCAST_X)
-            w = w_next
     else:
-        acc, ss = _gemv_tile(acc, ss, w, g, x_rows, kk, kk < K, mm, HAS_NORM, REDUCE_EACH, BCAST_X)
         for k0 in range(BLOCK_K, K, BLOCK_K):
             k = k0 + kk
             km = k < K
@@ -186,8 +175,7 @@ def gemv_triton(
     reduce the products over K every tile, not once at the end: a [BLOCK_N] accumulator instead of
     [BLOCK_N, BLOCK_K], so more programs fit an SM), TMA (optional, a stage count: W through a TMA
     descriptor, the K loop pipelined that deep; BLOCK_K <= 256 for one row), BCAST_X (optional: x loaded in
-    the product's layout, ``_gemv_tile``), PREFETCH (optional, pointer loads only: the next W tile's loads issued
-    before this tile's multiply, so two tiles are in flight a program)."""
+    the product's layout, ``_gemv_tile``)."""
     M, K = x.shape
     N = weight.shape[0]
     if M > GEMV_MAX_ROWS or x.stride(1) != 1 or weight.stride(1) != 1:
@@ -231,7 +219,6 @@ def gemv_triton(
         REDUCE_EACH=bool(cfg.get("REDUCE_EACH", False)),
         TMA=stages,
         BCAST_X=bool(cfg.get("BCAST_X", False)),
-        PREFETCH=bool(cfg.get("PREFETCH", False)),
         num_warps=cfg.get("num_warps", 4),
         **launch_options(x),
     )
