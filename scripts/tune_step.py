@@ -1,0 +1,208 @@
+"""Tune the batch-1 decode step's tile plans on the step itself (``hyserve.bench.step_tuner``).
+
+usage: python scripts/tune_step.py --model DIR --load-format dummy --kv-cache-memory-gb 8 --max-num-seqs 8
+       --max-model-len 8192 [--prompt-len 384] [--replays 300] [--noise-us 3] [--groups gemv,moe,gdn,attention]
+       [--out DIR]
+
+Per variant: its plans patched into the kernels' tables (the GEMV plans, the MoE's one-token bucket, the
+DeltaNet step's tiles at batch <= 2, the decode attention config), the batch-1 decode graphs captured again,
+a fresh request of the same random prompt prefilled eagerly and decoded two tokens with logprobs (so through
+the full-head graph), then the greedy-only graph replayed back to back on that request's state (median of 5
+blocks). A variant whose logprob is not finite fails; one whose first decoded token differs from the
+baseline's is flagged (the dummy model's bf16 logits move with any change of summation order, so that alone
+is not an error). The plans this keeps must still pass ``hyserve verify`` before they are committed; the
+tables are written to ``--out`` (gemv.json, the MoE table, attention.json, and the DeltaNet tiles as text).
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import importlib
+import json
+import math
+import os
+import statistics
+import time
+from pathlib import Path
+
+import torch
+
+from hyserve import SamplingParams
+from hyserve.bench.step_tuner import Knob, Trial, coordinate_descent
+from hyserve.engine.args import add_engine_arguments, engine_args_from
+from hyserve.llm import LLM
+
+# by module path: hyserve.kernels re-exports ops under their packages' names (hyserve.kernels.linear is a function)
+attention = importlib.import_module("hyserve.kernels.attention")
+gdn = importlib.import_module("hyserve.kernels.gdn_decode_step.triton_kernel")
+linear = importlib.import_module("hyserve.kernels.linear")
+moe_configs = importlib.import_module("hyserve.kernels.moe.configs")
+GEMV_SHAPES = ("12352x2048", "2048x4096", "9216x2048")  # in_proj, out_proj / o_proj, attention qkv
+
+
+def knobs(groups: set[str]) -> list[Knob]:
+    out = []
+    if "gemv" in groups:
+        for s in GEMV_SHAPES:
+            out += [
+                Knob(("gemv", s, "BLOCK_N"), (1, 2, 4, 8)),
+                Knob(("gemv", s, "BLOCK_K"), (512, 1024, 2048)),
+                Knob(("gemv", s, "num_warps"), (2, 4, 8)),
+                Knob(("gemv", s, "BCAST_X"), (None, 1)),
+                Knob(("gemv", s, "REDUCE_EACH"), (None, 1)),
+            ]
+    if "moe" in groups:
+        out += [
+            Knob(("moe", "router_be"), (2, 4, 8, 16)),
+            Knob(("moe", "gate_up", "BLOCK_I"), (2, 4, 8)),
+            Knob(("moe", "gate_up", "BLOCK_K"), (128, 256, 512)),
+            Knob(("moe", "gate_up", "num_warps"), (2, 4, 8)),
+            Knob(("moe", "down", "BLOCK_H"), (1, 2, 4)),
+            Knob(("moe", "down", "BLOCK_I"), (64, 128, 256)),
+            Knob(("moe", "down", "num_warps"), (2, 4, 8)),
+        ]
+    if "gdn" in groups:
+        out += [Knob(("gdn", "bv"), (16, 32, 64, 128)), Knob(("gdn", "warps"), (2, 4, 8))]
+    if "attention" in groups:
+        out += [
+            Knob(("attention", "block_n"), (32, 64, 128)),
+            Knob(("attention", "num_warps"), (4, 8)),
+            Knob(("attention", "num_stages"), (1, 2, 3)),
+            Knob(("attention", "waves"), (2.0, 4.0, 8.0)),
+        ]
+    return out
+
+
+class StepBench:
+    """The engine with one batch-1 decode graph, re-captured per variant; ``measure`` is the tuner's callback."""
+
+    def __init__(self, ns: argparse.Namespace) -> None:
+        self.llm = LLM.from_engine_args(engine_args_from(ns))
+        self.engine = self.llm.engine
+        cfg = self.engine.config
+        self.moe_key = (cfg.num_experts, cfg.hidden_size, cfg.moe_intermediate_size, self.engine.runner.dtype)
+        self.tables = {
+            "gemv": linear._plans(),
+            "moe": moe_configs._table(*self.moe_key),
+            "gdn": gdn._CONFIGS,
+            "attention": attention._configs(),
+        }
+        if self.tables["moe"] is None or 1 not in self.tables["moe"]:
+            raise ValueError(
+                f"no MoE plan table with a one-token bucket for {self.moe_key} (kernels/moe/configs)"
+            )
+        gen = torch.Generator().manual_seed(0)
+        self.prompt = torch.randint(0, min(cfg.vocab_size, 248044), (ns.prompt_len,), generator=gen).tolist()
+        self.replays = ns.replays
+        self.max_model_len = ns.max_model_len
+        self.reference: tuple[int, float] | None = None
+        self.count = 0
+
+    def state(self) -> dict:
+        t = self.tables
+        bv, warps = next((bv, w) for bound, bv, w in t["gdn"] if bound >= 1)
+        return {
+            "gemv": {s: dict(t["gemv"][s]) for s in GEMV_SHAPES},
+            "moe": json.loads(json.dumps(t["moe"][1])),
+            "gdn": {"bv": bv, "warps": warps},
+            "attention": dict(t["attention"]["decode"]["default"]),
+        }
+
+    def apply(self, state: dict) -> None:
+        t = self.tables
+        gemv_plans = {**t["gemv"], **state["gemv"]}
+        moe_table = {**t["moe"], 1: state["moe"]}
+        att = {**t["attention"], "decode": {"default": state["attention"]}}
+        linear._plans = lambda: gemv_plans
+        moe_configs._table = lambda *key: moe_table
+        gdn._CONFIGS = ((2, state["gdn"]["bv"], state["gdn"]["warps"]), *t["gdn"][1:])
+        attention._configs = lambda: att
+
+    def measure(self, state: dict) -> float:
+        self.apply(state)
+        runner = self.engine.runner
+        runner.graphs = None
+        gc.collect()
+        torch.cuda.empty_cache()
+        runner.capture_graphs([1], self.max_model_len, progress=False)
+        if runner.graphs is None or 1 not in runner.graphs.greedy_graphs:
+            raise RuntimeError("the batch-1 graphs did not capture")
+        self.count += 1
+        rid = f"tune-{self.count}"
+        params = SamplingParams(temperature=0.0, max_tokens=10_000, ignore_eos=True, logprobs=0)
+        self.engine.add_request(rid, self.prompt, params)
+        tokens, logprobs = [], []
+        while len(tokens) < 3:
+            for out in self.engine.step():
+                if out.request_id == rid:
+                    tokens = out.outputs[0].token_ids
+                    logprobs = [lp[0] for lp in out.outputs[0].logprobs or []]
+        token, logprob = tokens[1], logprobs[1]  # the first token a decode graph produced
+        if not math.isfinite(logprob):
+            raise RuntimeError(f"logprob {logprob}")
+        if self.reference is None:
+            self.reference = (token, logprob)
+        elif token != self.reference[0]:
+            print(f"  (token {token} against the baseline's {self.reference[0]}, logprob {logprob:.3f})")
+        graph = runner.graphs.greedy_graphs[1].graph
+        torch.cuda.synchronize()
+        blocks = []
+        for _ in range(5):
+            t0 = time.perf_counter()
+            for _ in range(self.replays // 5):
+                graph.replay()
+            torch.cuda.synchronize()
+            blocks.append((time.perf_counter() - t0) / (self.replays // 5) * 1e6)
+        self.engine.abort_request(rid)
+        while self.engine.has_unfinished_requests():
+            self.engine.step()
+        return statistics.median(blocks)
+
+    def write(self, state: dict, out_dir: str) -> None:
+        out = Path(out_dir)
+        out.mkdir(parents=True, exist_ok=True)
+        gemv_doc = json.loads(linear.CONFIG_PATH.read_text())
+        gemv_doc["plans"].update(state["gemv"])
+        (out / "gemv.json").write_text(json.dumps(gemv_doc, indent=1) + "\n")
+        path = moe_configs.config_path(*self.moe_key)
+        moe_doc = json.loads(path.read_text())
+        moe_doc["buckets"]["1"] = state["moe"]
+        (out / path.name).write_text(json.dumps(moe_doc, indent=1) + "\n")
+        att_doc = json.loads((Path(attention.__file__).parent / "configs" / "attention.json").read_text())
+        att_doc["decode"]["default"] = state["attention"]
+        (out / "attention.json").write_text(json.dumps(att_doc, indent=2) + "\n")
+        (out / "gdn_configs.txt").write_text(f"batch <= 2: {state['gdn']}\n")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    add_engine_arguments(parser, model_required=True)
+    parser.add_argument("--prompt-len", type=int, default=384)
+    parser.add_argument("--replays", type=int, default=300)
+    parser.add_argument("--noise-us", type=float, default=3.0)
+    parser.add_argument("--groups", default="gemv,moe,gdn,attention")
+    parser.add_argument("--out", default=os.environ.get("OUT", "/tmp/tune_step"))
+    ns = parser.parse_args()
+    ns.cuda_graph_sizes, ns.prefill_graph_sizes, ns.warmup = "1", "none", False
+    bench = StepBench(ns)
+    start = bench.state()
+
+    def log(t: Trial) -> None:
+        us = "failed" if t.us is None else f"{t.us:8.1f} us"
+        print(f"{t.knob:40s} {t.value!s:>8} {us} {t.note}", flush=True)
+
+    best, trials = coordinate_descent(
+        start, knobs(set(ns.groups.split(","))), bench.measure, ns.noise_us, log
+    )
+    final = next((t.us for t in reversed(trials) if t.note == "kept"), trials[0].us)
+    print(f"\nbaseline {trials[0].us:.1f} us, tuned {final:.1f} us ({len(trials)} trials)")
+    for group in best:
+        if best[group] != start[group]:
+            print(f"{group}: {start[group]} -> {best[group]}")
+    bench.write(best, ns.out)
+    print(f"wrote the tables to {ns.out}")
+
+
+if __name__ == "__main__":
+    main()
