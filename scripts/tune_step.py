@@ -130,7 +130,7 @@ class StepBench:
             raise RuntimeError("the batch-1 graphs did not capture")
         self.count += 1
         rid = f"tune-{self.count}"
-        params = SamplingParams(temperature=0.0, max_tokens=10_000, ignore_eos=True, logprobs=0)
+        params = SamplingParams(temperature=0.0, max_tokens=64, ignore_eos=True, logprobs=0)
         self.engine.add_request(rid, self.prompt, params)
         tokens, logprobs = [], []
         while len(tokens) < 3:

@@ -125,11 +125,14 @@ CPU_CASES = [
 
 @pytest.mark.parametrize("case", CPU_CASES)
 @pytest.mark.parametrize("splits", [1, 3, None])
-def test_decode_kernel(case, splits):
+@pytest.mark.parametrize("block_n", [16, 32])
+def test_decode_kernel(case, splits, block_n):
     hq, hkv, d, page, dtype = case
     b = Batch(*DECODE, hq, hkv, d, page, dtype=dtype, gate=splits != 3)
     ref = paged_attention_reference(*b.args(), gate=b.gate)
-    out = paged_decode(*b.args(), b.gate, max(DECODE[0]), out=b.poisoned_out(), num_splits=splits, block_n=16)
+    out = paged_decode(
+        *b.args(), b.gate, max(DECODE[0]), out=b.poisoned_out(), num_splits=splits, block_n=block_n
+    )
     assert not out.isnan().any()
     assert _rel(out, ref) < TOL[dtype]
 
