@@ -2,7 +2,7 @@
 
 usage: python scripts/tune_step.py --model DIR --load-format dummy --kv-cache-memory-gb 8 --max-num-seqs 8
        --max-model-len 8192 [--prompt-len 384] [--replays 300] [--noise-us 3] [--groups gemv,moe,gdn,attention]
-       [--out DIR]
+       [--passes 1] [--out DIR]   (--groups may add "options": the kernels' optional paths)
 
 Per variant: its plans patched into the kernels' tables (the GEMV plans, the MoE's one-token bucket, the
 DeltaNet step's tiles at batch <= 2, the decode attention config), the batch-1 decode graphs captured again,
@@ -41,7 +41,9 @@ moe_configs = importlib.import_module("hyserve.kernels.moe.configs")
 GEMV_SHAPES = ("12352x2048", "2048x4096", "9216x2048")  # in_proj, out_proj / o_proj, attention qkv
 
 
-def knobs(groups: set[str]) -> list[Knob]:
+def knobs(groups: set[str], state: dict) -> list[Knob]:
+    """The knobs of the chosen groups: tile sizes (gemv, moe, gdn, attention), and (options) the kernels'
+    optional paths that won alone and lost in earlier steps, tried again in this one."""
     out = []
     if "gemv" in groups:
         for s in GEMV_SHAPES:
@@ -70,6 +72,20 @@ def knobs(groups: set[str]) -> list[Knob]:
             Knob(("attention", "num_warps"), (4, 8)),
             Knob(("attention", "num_stages"), (1, 2, 3)),
             Knob(("attention", "waves"), (2.0, 4.0, 8.0)),
+        ]
+    if "options" in groups:
+        for s in GEMV_SHAPES:  # TMA needs a K tile of at most 256 (kernels/linear): whole plans, not one key
+            plan = state["gemv"][s]
+            out.append(Knob(("gemv", s), tuple({**plan, "BLOCK_K": 256, "TMA": st} for st in (3, 4))))
+        out += [
+            Knob(("moe", "gate_up", "REDUCE_EACH"), (None, True)),
+            Knob(("moe", "gate_up", "PREFETCH"), (None, True)),
+            Knob(("moe", "gate_up", "TMA"), (None, 3, 4)),
+            Knob(("moe", "down", "REDUCE_EACH"), (None, True)),
+            Knob(("moe", "down", "PREFETCH"), (None, True)),
+            Knob(("moe", "split_shared"), (None, True)),
+            Knob(("moe", "topk_in_experts"), (None, True)),
+            Knob(("attention", "fused_reduce"), (False, True)),
         ]
     return out
 
@@ -181,7 +197,8 @@ def main() -> None:
     parser.add_argument("--prompt-len", type=int, default=384)
     parser.add_argument("--replays", type=int, default=300)
     parser.add_argument("--noise-us", type=float, default=3.0)
-    parser.add_argument("--groups", default="gemv,moe,gdn,attention")
+    parser.add_argument("--groups", default="gemv,moe,gdn,attention", help="also: options")
+    parser.add_argument("--passes", type=int, default=1)
     parser.add_argument("--out", default=os.environ.get("OUT", "/tmp/tune_step"))
     ns = parser.parse_args()
     ns.cuda_graph_sizes, ns.prefill_graph_sizes, ns.warmup = "1", "none", False
@@ -192,9 +209,11 @@ def main() -> None:
         us = "failed" if t.us is None else f"{t.us:8.1f} us"
         print(f"{t.knob:40s} {t.value!s:>8} {us} {t.note}", flush=True)
 
-    best, trials = coordinate_descent(
-        start, knobs(set(ns.groups.split(","))), bench.measure, ns.noise_us, log
-    )
+    best, trials = start, []
+    for _ in range(ns.passes):  # a later pass starts from the last one's plans (a kept value can move others)
+        kn = knobs(set(ns.groups.split(",")), best)
+        best, more = coordinate_descent(best, kn, bench.measure, ns.noise_us, log)
+        trials += more
     final = next((t.us for t in reversed(trials) if t.note == "kept"), trials[0].us)
     print(f"\nbaseline {trials[0].us:.1f} us, tuned {final:.1f} us ({len(trials)} trials)")
     for group in best:
