@@ -2,7 +2,7 @@
 
 usage: python scripts/tune_step.py --model DIR --load-format dummy --kv-cache-memory-gb 8 --max-num-seqs 8
        --max-model-len 8192 [--prompt-len 384] [--replays 300] [--noise-us 3] [--groups gemv,moe,gdn,attention]
-       [--passes 1] [--out DIR]   (--groups may add "options": the kernels' optional paths)
+       [--passes 1] [--out DIR]   (--groups may add "screen", "options")
 
 Per variant: its plans patched into the kernels' tables (the GEMV plans, the MoE's one-token bucket, the
 DeltaNet step's tiles at batch <= 2, the decode attention config), the batch-1 decode graphs captured again,
@@ -38,6 +38,7 @@ attention = importlib.import_module("hyserve.kernels.attention")
 gdn = importlib.import_module("hyserve.kernels.gdn_decode_step.triton_kernel")
 linear = importlib.import_module("hyserve.kernels.linear")
 moe_configs = importlib.import_module("hyserve.kernels.moe.configs")
+greedy = importlib.import_module("hyserve.kernels.greedy_head.triton_kernel")
 GEMV_SHAPES = ("12352x2048", "2048x4096", "9216x2048")  # in_proj, out_proj / o_proj, attention qkv
 
 
@@ -73,6 +74,13 @@ def knobs(groups: set[str], state: dict) -> list[Knob]:
             Knob(("attention", "num_stages"), (1, 2, 3)),
             Knob(("attention", "waves"), (2.0, 4.0, 8.0)),
         ]
+    if "screen" in groups:  # the greedy head screen's one-row plan: (BLOCK_V, BLOCK_K, warps, TMA stages)
+        out.append(
+            Knob(
+                ("screen",),
+                ((32, 128, 4, 4), (64, 128, 4, 3), (64, 256, 4, 3), (128, 64, 4, 4), (64, 128, 8, 4)),
+            )
+        )
     if "options" in groups:
         for s in GEMV_SHAPES:  # TMA needs a K tile of at most 256 (kernels/linear): whole plans, not one key
             plan = state["gemv"][s]
@@ -103,6 +111,7 @@ class StepBench:
             "moe": moe_configs._table(*self.moe_key),
             "gdn": gdn._CONFIGS,
             "attention": attention._configs(),
+            "screen": greedy.SCREEN_PLAN,
         }
         if self.tables["moe"] is None or 1 not in self.tables["moe"]:
             raise ValueError(
@@ -123,6 +132,7 @@ class StepBench:
             "moe": json.loads(json.dumps(t["moe"][1])),
             "gdn": {"bv": bv, "warps": warps},
             "attention": dict(t["attention"]["decode"]["default"]),
+            "screen": t["screen"][1],
         }
 
     def apply(self, state: dict) -> None:
@@ -134,6 +144,7 @@ class StepBench:
         moe_configs._table = lambda *key: moe_table
         gdn._CONFIGS = ((2, state["gdn"]["bv"], state["gdn"]["warps"]), *t["gdn"][1:])
         attention._configs = lambda: att
+        greedy.SCREEN_PLAN = {**t["screen"], 1: tuple(state["screen"])}
 
     def measure(self, state: dict) -> float:
         self.apply(state)
@@ -188,7 +199,9 @@ class StepBench:
         att_doc = json.loads((Path(attention.__file__).parent / "configs" / "attention.json").read_text())
         att_doc["decode"]["default"] = state["attention"]
         (out / "attention.json").write_text(json.dumps(att_doc, indent=2) + "\n")
-        (out / "gdn_configs.txt").write_text(f"batch <= 2: {state['gdn']}\n")
+        (out / "gdn_configs.txt").write_text(
+            f"batch <= 2: {state['gdn']}\nscreen, 1 row: {state['screen']}\n"
+        )
 
 
 def main() -> None:
@@ -197,7 +210,7 @@ def main() -> None:
     parser.add_argument("--prompt-len", type=int, default=384)
     parser.add_argument("--replays", type=int, default=300)
     parser.add_argument("--noise-us", type=float, default=3.0)
-    parser.add_argument("--groups", default="gemv,moe,gdn,attention", help="also: options")
+    parser.add_argument("--groups", default="gemv,moe,gdn,attention", help="also: screen, options")
     parser.add_argument("--passes", type=int, default=1)
     parser.add_argument("--out", default=os.environ.get("OUT", "/tmp/tune_step"))
     ns = parser.parse_args()
