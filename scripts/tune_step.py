@@ -1,17 +1,18 @@
-"""Tune the batch-1 decode step's tile plans on the step itself (``hyserve.bench.step_tuner``).
+"""Tune a small decode batch's tile plans on its own graph-replayed step (``hyserve.bench.step_tuner``).
 
 usage: python scripts/tune_step.py --model DIR --load-format dummy --kv-cache-memory-gb 8 --max-num-seqs 8
-       --max-model-len 8192 [--prompt-len 384] [--replays 300] [--noise-us 3] [--groups gemv,moe,gdn,attention]
-       [--passes 1] [--out DIR]   (--groups may add "screen", "options")
+       --max-model-len 8192 [--batch 1] [--prompt-len 384] [--replays 300] [--noise-us 3]
+       [--groups gemv,moe,gdn,attention] [--passes 1] [--out DIR]   (--groups may add "screen", "options")
 
-Per variant: its plans patched into the kernels' tables (the GEMV plans, the MoE's one-token bucket, the
-DeltaNet step's tiles at batch <= 2, the decode attention config), the batch-1 decode graphs captured again,
-a fresh request of the same random prompt prefilled eagerly and decoded two tokens with logprobs (so through
-the full-head graph), then the greedy-only graph replayed back to back on that request's state (median of 5
-blocks). A variant whose logprob is not finite fails; one whose first decoded token differs from the
-baseline's is flagged (the dummy model's bf16 logits move with any change of summation order, so that alone
-is not an error). The plans this keeps must still pass ``hyserve verify`` before they are committed; the
-tables are written to ``--out`` (gemv.json, the MoE table, attention.json, and the DeltaNet tiles as text).
+Per variant: its plans patched into the kernels' tables (the GEMV plans, the MoE bucket, the DeltaNet step's
+tiles and the greedy screen's plan that serve ``--batch``, the decode attention config), that batch size's
+decode graphs captured again, ``--batch`` fresh requests of the same random prompt prefilled eagerly and
+decoded two tokens with logprobs (so through the full-head graph), then the greedy-only graph replayed back to
+back on their state (median of 5 blocks). A variant whose logprob is not finite fails; one whose first decoded
+token differs from the baseline's is flagged (the dummy model's bf16 logits move with any change of summation
+order, so that alone is not an error). The plans this keeps must still pass ``hyserve verify`` before they
+are committed; the tables are written to ``--out`` (gemv.json, the MoE table, attention.json, and the DeltaNet
+step's and the screen's tiles as text, for their constants in the kernels' modules).
 """
 
 from __future__ import annotations
@@ -42,10 +43,17 @@ greedy = importlib.import_module("hyserve.kernels.greedy_head.triton_kernel")
 GEMV_SHAPES = ("12352x2048", "2048x4096", "9216x2048")  # in_proj, out_proj / o_proj, attention qkv
 
 
-def knobs(groups: set[str], state: dict) -> list[Knob]:
-    """The knobs of the chosen groups: tile sizes (gemv, moe, gdn, attention), and (options) the kernels'
-    optional paths that won alone and lost in earlier steps, tried again in this one."""
+def knobs(groups: set[str], state: dict, batch: int = 1) -> list[Knob]:
+    """The knobs of the chosen groups: tile sizes (gemv, moe, gdn, attention, screen), and (options) the
+    kernels' optional paths that won alone and lost in earlier steps, tried again in this one. Above batch 1
+    only what serves that batch alone is tuned: the MoE bucket, the DeltaNet step's and the screen's entries,
+    and which GEMV shapes take that many rows (``max_rows``); the GEMV tiles and the attention config serve
+    every batch size, so they are tuned at batch 1."""
     out = []
+    if batch > 1:
+        if "gemv" in groups:  # None: no cap (every row count up to GEMV_MAX_ROWS)
+            out += [Knob(("gemv", s, "max_rows"), (1, 2, None)) for s in GEMV_SHAPES]
+        groups = groups - {"gemv", "attention"}
     if "gemv" in groups:
         for s in GEMV_SHAPES:
             out += [
@@ -74,17 +82,18 @@ def knobs(groups: set[str], state: dict) -> list[Knob]:
             Knob(("attention", "num_stages"), (1, 2, 3)),
             Knob(("attention", "waves"), (2.0, 4.0, 8.0)),
         ]
-    if "screen" in groups:  # the greedy head screen's one-row plan: (BLOCK_V, BLOCK_K, warps, TMA stages)
+    if "screen" in groups:  # the greedy screen's plan for this batch: (BLOCK_V, BLOCK_K, warps, TMA stages)
         out.append(
             Knob(
                 ("screen",),
                 ((32, 128, 4, 4), (64, 128, 4, 3), (64, 256, 4, 3), (128, 64, 4, 4), (64, 128, 8, 4)),
             )
         )
-    if "options" in groups:
+    if "options" in groups and batch == 1:
         for s in GEMV_SHAPES:  # TMA needs a K tile of at most 256 (kernels/linear): whole plans, not one key
             plan = state["gemv"][s]
             out.append(Knob(("gemv", s), tuple({**plan, "BLOCK_K": 256, "TMA": st} for st in (3, 4))))
+    if "options" in groups:
         out += [
             Knob(("moe", "gate_up", "REDUCE_EACH"), (None, True)),
             Knob(("moe", "gate_up", "PREFETCH"), (None, True)),
@@ -93,13 +102,16 @@ def knobs(groups: set[str], state: dict) -> list[Knob]:
             Knob(("moe", "down", "PREFETCH"), (None, True)),
             Knob(("moe", "split_shared"), (None, True)),
             Knob(("moe", "topk_in_experts"), (None, True)),
-            Knob(("attention", "fused_reduce"), (False, True)),
         ]
+        if batch == 1:
+            out.append(Knob(("attention", "fused_reduce"), (False, True)))
     return out
 
 
 class StepBench:
-    """The engine with one batch-1 decode graph, re-captured per variant; ``measure`` is the tuner's callback."""
+    """The engine with one decode batch size's graphs, re-captured per variant; ``measure`` is the tuner's
+    callback. The tables' entries that serve that batch size are the state (the MoE bucket, the DeltaNet step's
+    bound, the screen's row count); the GEMV plans are per shape at any row count up to their max_rows."""
 
     def __init__(self, ns: argparse.Namespace) -> None:
         self.llm = LLM.from_engine_args(engine_args_from(ns))
@@ -113,10 +125,22 @@ class StepBench:
             "attention": attention._configs(),
             "screen": greedy.SCREEN_PLAN,
         }
-        if self.tables["moe"] is None or 1 not in self.tables["moe"]:
+        self.batch = ns.batch
+        if not 1 <= self.batch <= greedy.MAX_ROWS:
             raise ValueError(
-                f"no MoE plan table with a one-token bucket for {self.moe_key} (kernels/moe/configs)"
+                f"--batch must be in 1..{greedy.MAX_ROWS} (the greedy-only graphs), got {self.batch}"
             )
+        if self.tables["moe"] is None:
+            raise ValueError(f"no MoE plan table for {self.moe_key} (kernels/moe/configs)")
+        # the entries of the tables that serve this batch size (the first bound or bucket >= it)
+        self.moe_bucket = min(
+            (k for k in self.tables["moe"] if k >= self.batch), default=max(self.tables["moe"])
+        )
+        self.gdn_entry = next(i for i, (bound, _, _) in enumerate(gdn._CONFIGS) if bound >= self.batch)
+        # an entry that also serves batches above the greedy graphs' is not changed: the state goes into a new
+        # entry for batches up to MAX_ROWS, inserted before it
+        self.gdn_bound = min(gdn._CONFIGS[self.gdn_entry][0], greedy.MAX_ROWS)
+        self.screen_rows = min(p for p in greedy.SCREEN_PLAN if p >= self.batch)
         gen = torch.Generator().manual_seed(0)
         self.prompt = torch.randint(0, min(cfg.vocab_size, 248044), (ns.prompt_len,), generator=gen).tolist()
         self.replays = ns.replays
@@ -126,25 +150,31 @@ class StepBench:
 
     def state(self) -> dict:
         t = self.tables
-        bv, warps = next((bv, w) for bound, bv, w in t["gdn"] if bound >= 1)
+        _, bv, warps = t["gdn"][self.gdn_entry]
         return {
             "gemv": {s: dict(t["gemv"][s]) for s in GEMV_SHAPES},
-            "moe": json.loads(json.dumps(t["moe"][1])),
+            "moe": json.loads(json.dumps(t["moe"][self.moe_bucket])),
             "gdn": {"bv": bv, "warps": warps},
             "attention": dict(t["attention"]["decode"]["default"]),
-            "screen": t["screen"][1],
+            "screen": t["screen"][self.screen_rows],
         }
 
     def apply(self, state: dict) -> None:
         t = self.tables
         gemv_plans = {**t["gemv"], **state["gemv"]}
-        moe_table = {**t["moe"], 1: state["moe"]}
+        moe_table = {**t["moe"], self.moe_bucket: state["moe"]}
         att = {**t["attention"], "decode": {"default": state["attention"]}}
         linear._plans = lambda: gemv_plans
         moe_configs._table = lambda *key: moe_table
-        gdn._CONFIGS = ((2, state["gdn"]["bv"], state["gdn"]["warps"]), *t["gdn"][1:])
+        configs = list(t["gdn"])
+        entry = (self.gdn_bound, state["gdn"]["bv"], state["gdn"]["warps"])
+        if configs[self.gdn_entry][0] == self.gdn_bound:
+            configs[self.gdn_entry] = entry
+        else:
+            configs.insert(self.gdn_entry, entry)
+        gdn._CONFIGS = tuple(configs)
         attention._configs = lambda: att
-        greedy.SCREEN_PLAN = {**t["screen"], 1: tuple(state["screen"])}
+        greedy.SCREEN_PLAN = {**t["screen"], self.screen_rows: tuple(state["screen"])}
 
     def measure(self, state: dict) -> float:
         self.apply(state)
@@ -152,19 +182,23 @@ class StepBench:
         runner.graphs = None
         gc.collect()
         torch.cuda.empty_cache()
-        runner.capture_graphs([1], self.max_model_len, progress=False)
-        if runner.graphs is None or 1 not in runner.graphs.greedy_graphs:
-            raise RuntimeError("the batch-1 graphs did not capture")
+        b = self.batch
+        runner.capture_graphs([b], self.max_model_len, progress=False)
+        if runner.graphs is None or b not in runner.graphs.greedy_graphs:
+            raise RuntimeError(f"the batch-{b} graphs did not capture")
         self.count += 1
-        rid = f"tune-{self.count}"
+        rids = [f"tune-{self.count}-{i}" for i in range(b)]
         params = SamplingParams(temperature=0.0, max_tokens=64, ignore_eos=True, logprobs=0)
-        self.engine.add_request(rid, self.prompt, params)
-        tokens, logprobs = [], []
-        while len(tokens) < 3:
+        for rid in rids:  # the same prompt b times: the first one's first decoded token is checked
+            self.engine.add_request(rid, self.prompt, params)
+        tokens, logprobs, done = [], [], set()
+        while len(done) < b:
             for out in self.engine.step():
-                if out.request_id == rid:
-                    tokens = out.outputs[0].token_ids
-                    logprobs = [lp[0] for lp in out.outputs[0].logprobs or []]
+                if out.request_id in rids and len(out.outputs[0].token_ids) >= 3:
+                    done.add(out.request_id)
+                    if out.request_id == rids[0] and not tokens:
+                        tokens = out.outputs[0].token_ids
+                        logprobs = [lp[0] for lp in out.outputs[0].logprobs or []]
         token, logprob = tokens[1], logprobs[1]  # the first token a decode graph produced
         if not math.isfinite(logprob):
             raise RuntimeError(f"logprob {logprob}")
@@ -172,7 +206,7 @@ class StepBench:
             self.reference = (token, logprob)
         elif token != self.reference[0]:
             print(f"  (token {token} against the baseline's {self.reference[0]}, logprob {logprob:.3f})")
-        graph = runner.graphs.greedy_graphs[1].graph
+        graph = runner.graphs.greedy_graphs[b].graph
         torch.cuda.synchronize()
         blocks = []
         for _ in range(5):
@@ -181,7 +215,8 @@ class StepBench:
                 graph.replay()
             torch.cuda.synchronize()
             blocks.append((time.perf_counter() - t0) / (self.replays // 5) * 1e6)
-        self.engine.abort_request(rid)
+        for rid in rids:
+            self.engine.abort_request(rid)
         while self.engine.has_unfinished_requests():
             self.engine.step()
         return statistics.median(blocks)
@@ -194,19 +229,21 @@ class StepBench:
         (out / "gemv.json").write_text(json.dumps(gemv_doc, indent=1) + "\n")
         path = moe_configs.config_path(*self.moe_key)
         moe_doc = json.loads(path.read_text())
-        moe_doc["buckets"]["1"] = state["moe"]
+        moe_doc["buckets"][str(self.moe_bucket)] = state["moe"]
         (out / path.name).write_text(json.dumps(moe_doc, indent=1) + "\n")
         att_doc = json.loads((Path(attention.__file__).parent / "configs" / "attention.json").read_text())
         att_doc["decode"]["default"] = state["attention"]
         (out / "attention.json").write_text(json.dumps(att_doc, indent=2) + "\n")
-        (out / "gdn_configs.txt").write_text(
-            f"batch <= 2: {state['gdn']}\nscreen, 1 row: {state['screen']}\n"
+        (out / "gdn_screen.txt").write_text(
+            f"DeltaNet step, batch <= {self.gdn_bound}: {state['gdn']}\n"
+            f"screen, {self.screen_rows} rows: {state['screen']}\n"
         )
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
     add_engine_arguments(parser, model_required=True)
+    parser.add_argument("--batch", type=int, default=1, help="the decode batch size to tune (1..4)")
     parser.add_argument("--prompt-len", type=int, default=384)
     parser.add_argument("--replays", type=int, default=300)
     parser.add_argument("--noise-us", type=float, default=3.0)
@@ -214,7 +251,7 @@ def main() -> None:
     parser.add_argument("--passes", type=int, default=1)
     parser.add_argument("--out", default=os.environ.get("OUT", "/tmp/tune_step"))
     ns = parser.parse_args()
-    ns.cuda_graph_sizes, ns.prefill_graph_sizes, ns.warmup = "1", "none", False
+    ns.cuda_graph_sizes, ns.prefill_graph_sizes, ns.warmup = str(ns.batch), "none", False
     bench = StepBench(ns)
     start = bench.state()
 
@@ -224,7 +261,7 @@ def main() -> None:
 
     best, trials = start, []
     for _ in range(ns.passes):  # a later pass starts from the last one's plans (a kept value can move others)
-        kn = knobs(set(ns.groups.split(",")), best)
+        kn = knobs(set(ns.groups.split(",")), best, ns.batch)
         best, more = coordinate_descent(best, kn, bench.measure, ns.noise_us, log)
         trials += more
     final = next((t.us for t in reversed(trials) if t.note == "kept"), trials[0].us)
