@@ -89,11 +89,12 @@ def knobs(groups: set[str], state: dict, batch: int = 1) -> list[Knob]:
                 ((32, 128, 4, 4), (64, 128, 4, 3), (64, 256, 4, 3), (128, 64, 4, 4), (64, 128, 8, 4)),
             )
         )
-    if "options" in groups and batch == 1:
-        for s in GEMV_SHAPES:  # TMA needs a K tile of at most 256 (kernels/linear): whole plans, not one key
+    if "options" in groups:
+        for s in (
+            GEMV_SHAPES if batch == 1 else ()
+        ):  # TMA: a K tile of at most 256 (kernels/linear), whole plans
             plan = state["gemv"][s]
             out.append(Knob(("gemv", s), tuple({**plan, "BLOCK_K": 256, "TMA": st} for st in (3, 4))))
-    if "options" in groups:
         out += [
             Knob(("moe", "gate_up", "REDUCE_EACH"), (None, True)),
             Knob(("moe", "gate_up", "PREFETCH"), (None, True)),
