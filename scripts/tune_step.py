@@ -9,10 +9,11 @@ tiles and the greedy screen's plan that serve ``--batch``, the decode attention 
 decode graphs captured again, ``--batch`` fresh requests of the same random prompt prefilled eagerly and
 decoded two tokens with logprobs (so through the full-head graph), then the greedy-only graph replayed back to
 back on their state (median of 5 blocks). A variant whose logprob is not finite fails; one whose first decoded
-token differs from the baseline's, or whose logprob of it moved by more than 0.1 nats, is flagged (the dummy model's
-bf16 logits move with any change of summation order, so that alone is not an error). The plans this keeps must still pass ``hyserve verify`` before they
-are committed; the tables are written to ``--out`` (gemv.json, the MoE table, attention.json, and the DeltaNet
-step's and the screen's tiles as text, for their constants in the kernels' modules).
+token differs from the baseline's, or keeps it with a logprob moved by more than 0.1 nats, is flagged (the
+dummy model's bf16 logits move with any change of summation order, so that alone is not an error). The plans
+this keeps must still pass ``hyserve verify`` before they are committed; the tables are written to ``--out``
+(gemv.json, the MoE table, attention.json, and the DeltaNet step's and the screen's tiles as text, for their
+constants in the kernels' modules).
 """
 
 from __future__ import annotations
