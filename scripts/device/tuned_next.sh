@@ -7,16 +7,12 @@
 #   PART=3: the tuner at batch 2 and 4 (MoE bucket, DeltaNet entry, screen plan, GEMV max_rows, options;
 #           $OUT/tuned_b2, $OUT/tuned_b4). Copy what is kept into the tree, then PART=1 again before committing.
 set -u
-source "$(dirname "$0")/common.sh"
-W=$OUT
-tune() {  # NAME LIMIT ARGS...
-  local name=$1 limit=$2; shift 2
-  TAILN=60 run "$name" "$limit" python3 scripts/tune_step.py --model $M --load-format dummy --kv-cache-memory-gb 8 \
-    --max-num-seqs 8 --max-model-len 8192 --replays 200 --out "$OUT/$name" "$@"
-}
+dir=$(dirname "$0")
+export REPLAYS=200 TAILN=60
 case "${PART:-1}" in
-  1) bash scripts/device/verify_serve.sh ;;
-  2) tune tuned_b1 540 --batch 1 --groups gemv,moe,gdn,attention,screen,options --passes 2 ;;
-  3) tune tuned_b2 270 --batch 2 --groups gemv,moe,gdn,screen,options
-     tune tuned_b4 270 --batch 4 --groups gemv,moe,gdn,screen,options ;;
+  1) bash "$dir/verify_serve.sh" ;;
+  2) NAME=tuned_b1 BATCH=1 KNOBS=gemv,moe,gdn,attention,screen,options PASSES=2 bash "$dir/tune_step.sh" ;;
+  3) for b in 2 4; do
+       NAME=tuned_b$b BATCH=$b KNOBS=gemv,moe,gdn,screen,options LIMIT=270 bash "$dir/tune_step.sh"
+     done ;;
 esac
