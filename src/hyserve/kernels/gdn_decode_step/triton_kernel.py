@@ -24,7 +24,8 @@ stores its o tile (rounded to the model dtype, as the unfused path does before t
 barrier, acq_rel ticket on a per-(b, hv) counter) the last one reloads the V values (.cg), normalises and
 overwrites them.
 
-Tiles (``_CONFIGS``, by batch size, from ``bench.py --sweep`` on the H200, 2026-12-02): B <= 2: BV=32, 4
+Tiles (``_CONFIGS``, by batch size, from ``bench.py --sweep`` on the H200, 2026-12-02; B=3-4 moved to BV=32 by the
+step tuner on 2026-12-04, a batch-4 step 3572 -> 3558 us): B <= 4: BV=32, 4
 warps (B=1: 32 heads x 4 tiles = 128 programs, 6.9 us); larger: BV=128, 4 warps (one program per head, no
 norm ticket; B=32: 48 us = 2.8 TB/s against 133 us for BV=64 x 8 warps). BV=128 is register-heavy (255 +
 spills at 8 warps; fine at 4); with it the state tile is loaded after the conv (``EARLY_STATE=False``)
@@ -43,7 +44,7 @@ from hyserve.kernels.pdl import launch_options, wait_for_previous
 from hyserve.kernels.tickets import ticket_counters
 
 # batch size bound -> (BV, num_warps); the first entry whose bound is >= B
-_CONFIGS = ((2, 32, 4), (1 << 30, 128, 4))
+_CONFIGS = ((4, 32, 4), (1 << 30, 128, 4))
 
 _TL_DTYPES = {torch.float32: tl.float32, torch.float16: tl.float16, torch.bfloat16: tl.bfloat16}
 

@@ -42,8 +42,9 @@ _SLACK = tl.constexpr(SLACK)
 
 # (BLOCK_V, BLOCK_K in int8 weights, num_warps, TMA stages or 0) of the screen by the largest row count it takes,
 # the best of `greedy_head.bench --sweep` on the H200 (2026-12-03, docs/performance.md): 128.3 / 130.6 / 159.3 us
-# at 1 / 2 / 4 rows; (BLOCK_R, MAXC, BLOCK_K, num_warps) of the select.
-SCREEN_PLAN = {1: (64, 128, 4, 4), 2: (64, 128, 4, 4), MAX_ROWS: (128, 64, 4, 4)}
+# at 1 / 2 / 4 rows; 4 rows re-tuned on the graph-replayed decode step (2026-12-04, scripts/tune_step.py --batch 4):
+# (32, 128, 4, 4) against (128, 64, 4, 4) in a step 7 us shorter; (BLOCK_R, MAXC, BLOCK_K, num_warps) of the select.
+SCREEN_PLAN = {1: (64, 128, 4, 4), 2: (64, 128, 4, 4), MAX_ROWS: (32, 128, 4, 4)}
 SELECT_PLAN = (512, 8, 1024, 4)
 
 
