@@ -2,7 +2,8 @@
 
 usage: python scripts/tune_step.py --model DIR --load-format dummy --kv-cache-memory-gb 8 --max-num-seqs 8
        --max-model-len 8192 [--batch 1] [--prompt-len 384] [--replays 300] [--noise-us 3]
-       [--groups gemv,moe,gdn,attention] [--passes 1] [--out DIR]   (--groups may add "screen", "options")
+       [--groups gemv,moe,gdn,attention] [--passes 1] [--out DIR]   (--groups may add "screen", "options",
+       "l2pf")
 
 Per variant: its plans patched into the kernels' tables (the GEMV plans, the MoE bucket, the DeltaNet step's
 tiles and the greedy screen's plan that serve ``--batch``, the decode attention config), that batch size's
@@ -106,6 +107,11 @@ def knobs(groups: set[str], state: dict, batch: int = 1) -> list[Knob]:
             Knob(("moe", "topk_in_experts"), (None, True)),
         ]
         if batch == 1:
+            out.append(Knob(("attention", "fused_reduce"), (False, True)))
+    if "l2pf" in groups:  # programs that prefetch the weight into L2 before the PDL wait (kernels/l2_prefetch.py)
+        out += [Knob(("gemv", s, "L2PF"), (None, 132, 264, 528)) for s in (GEMV_SHAPES if batch == 1 else ())]
+        out.append(Knob(("moe", "gate_up", "L2PF"), (None, 64, 128, 256)))
+        if batch == 1:  # the fused reduce lets o_proj's programs (and their prefetch) in during the attention
             out.append(Knob(("attention", "fused_reduce"), (False, True)))
     return out
 
@@ -251,7 +257,7 @@ def main() -> None:
     parser.add_argument("--prompt-len", type=int, default=384)
     parser.add_argument("--replays", type=int, default=300)
     parser.add_argument("--noise-us", type=float, default=3.0)
-    parser.add_argument("--groups", default="gemv,moe,gdn,attention", help="also: screen, options")
+    parser.add_argument("--groups", default="gemv,moe,gdn,attention", help="also: screen, options, l2pf")
     parser.add_argument("--passes", type=int, default=1)
     parser.add_argument("--out", default=os.environ.get("OUT", "/tmp/tune_step"))
     ns = parser.parse_args()

@@ -45,14 +45,14 @@ def main() -> None:
             (1, 0, 0, 3),
             (0, 1, 0, 4),
         ]
-        variants = [(*v, 0) for v in variants] + [(1, 0, 0, 0, 1), (0, 1, 0, 0, 1)]
-        for norm, res, red, tma, bx in variants:  # HAS_NORM, HAS_RES, REDUCE_EACH, TMA stages, BCAST_X
+        variants = [(*v, 0, 0) for v in variants] + [(1, 0, 0, 0, 1, 0), (0, 1, 0, 0, 1, 0), (0, 1, 0, 0, 0, 264)]
+        for norm, res, red, tma, bx, pf in variants:  # HAS_NORM, HAS_RES, REDUCE_EACH, TMA stages, BCAST_X, L2PF
             bk = min(256, plan["BLOCK_K"]) if tma else plan["BLOCK_K"]
             types = dict(gemv_types, w_desc=f"tensordesc<bf16[{plan['BLOCK_N']}, {bk}]>" if tma else BF)
             consts = dict(BLOCK_M=1, BLOCK_N=plan["BLOCK_N"], BLOCK_K=bk, HAS_NORM=norm, HAS_RES=res,
-                          REDUCE_EACH=red, TMA=tma, BCAST_X=bx, USE_PDL=True)  # fmt: skip
+                          REDUCE_EACH=red, TMA=tma, BCAST_X=bx, L2PF=pf, USE_PDL=True)  # fmt: skip
             build(gemv._gemv_kernel, types, consts, plan.get("num_warps", 4), 1,
-                  label=f"gemv {shape} norm={norm} res={res} reduce_each={red} tma={tma} bcast_x={bx}")  # fmt: skip
+                  label=f"gemv {shape} norm={norm} res={res} reduce_each={red} tma={tma} bcast_x={bx} l2pf={pf}")  # fmt: skip
     plan = get_plan(1, 256, 2048, 512, 8, torch.bfloat16)
     router_types = {"x_ptr": BF, "nw_ptr": BF, "xn_ptr": BF, "eps": "fp32", "gw_ptr": BF, "scratch_ptr": F32,
                     "counter_ptr": I32, "ids_ptr": I32, "w_ptr": F32, "sorted_ptr": I32, "meta_ptr": I32}  # fmt: skip
@@ -76,15 +76,16 @@ def main() -> None:
     for red, pre, fl in options:
         for late in (0, 1) if (red, pre) == (0, 0) else (0,):  # LATE_WAIT: the split_shared routed launch
             for stages in (0, 4) if (red, pre, fl, late) == (0, 0, 0, 0) else (0,):  # TMA
-                bk = min(256, gu["BLOCK_K"])
-                desc = f"tensordesc<bf16[{gu['BLOCK_I']}, {bk}]>" if stages else BF
-                consts = dict(K_TOP=8, KP=8, EP=256, BLOCK_I=gu["BLOCK_I"], BLOCK_K=bk, HAS_SHARED_GATE=True,
-                              REDUCE_EACH=red, PREFETCH=pre, LATE_WAIT=late, FROM_LOGITS=fl, ROUND=1, TMA=stages,
-                              USE_PDL=True)  # fmt: skip
-                types = dict(gu_types, ids_ptr=F32 if fl else I32, w_desc=desc, sw_desc=desc)
-                build(triton_pairs._gate_up_pairs_kernel, types, consts, gu.get("num_warps", 4), 1,
-                      label=f"pairs gate_up reduce_each={red} prefetch={pre} late_wait={late} logits={fl} "
-                            f"tma={stages}")  # fmt: skip
+                for pf in (0, 128) if (red, fl, late, stages) == (0, 0, 0, 0) else (0,):  # L2PF
+                    bk = min(256, gu["BLOCK_K"])
+                    desc = f"tensordesc<bf16[{gu['BLOCK_I']}, {bk}]>" if stages else BF
+                    consts = dict(K_TOP=8, KP=8, EP=256, BLOCK_I=gu["BLOCK_I"], BLOCK_K=bk, HAS_SHARED_GATE=True,
+                                  REDUCE_EACH=red, PREFETCH=pre, LATE_WAIT=late, FROM_LOGITS=fl, ROUND=1,
+                                  TMA=stages, L2PF=pf, USE_PDL=True)  # fmt: skip
+                    types = dict(gu_types, ids_ptr=F32 if fl else I32, w_desc=desc, sw_desc=desc)
+                    build(triton_pairs._gate_up_pairs_kernel, types, consts, gu.get("num_warps", 4), 1,
+                          label=f"pairs gate_up reduce_each={red} prefetch={pre} late_wait={late} logits={fl} "
+                                f"tma={stages} l2pf={pf}")  # fmt: skip
     dn = plan["down"]
     dn_types = {"h_ptr": BF, "wd_ptr": BF, "swd_ptr": BF, "ids_ptr": I32, "out_ptr": BF}
     for red, pre, fl in options:

@@ -30,7 +30,8 @@ import torch
 import triton
 import triton.language as tl
 
-from hyserve.kernels import tma
+from hyserve.kernels import pdl, tma
+from hyserve.kernels.l2_prefetch import prefetch_l2, prefetch_parts
 from hyserve.kernels.moe.routing import round_code, token_topk
 from hyserve.kernels.moe.workspace import empty, launch
 from hyserve.kernels.pdl import wait_for_previous
@@ -83,6 +84,7 @@ def _gate_up_pairs_kernel(
     stride_we,
     stride_wn,
     stride_sn,
+    sw_bytes,
     K_TOP: tl.constexpr,
     KP: tl.constexpr,
     EP: tl.constexpr,
@@ -95,15 +97,20 @@ def _gate_up_pairs_kernel(
     FROM_LOGITS: tl.constexpr,
     ROUND: tl.constexpr,
     TMA: tl.constexpr,
+    L2PF: tl.constexpr,
     USE_PDL: tl.constexpr,
 ):
-    """Pair p = P0 + program_id(1). REDUCE_EACH, PREFETCH, LATE_WAIT, TMA: see ``gate_up_pairs`` (w_desc,
-    sw_desc: the routed experts' [E*2I, H] and the shared expert's [2I, H] descriptors). FROM_LOGITS:
-    ``ids_ptr`` is the router's logits [*, EP] fp32 and the pair's expert and weight come from its token's
-    top-k (``topk_w_ptr`` unused)."""
+    """Pair p = P0 + program_id(1). REDUCE_EACH, PREFETCH, LATE_WAIT, TMA, L2PF: see ``gate_up_pairs``
+    (w_desc, sw_desc: the routed experts' [E*2I, H] and the shared expert's [2I, H] descriptors; sw_bytes: the
+    shared expert's weight size, the L2PF range). FROM_LOGITS: ``ids_ptr`` is the router's logits [*, EP] fp32
+    and the pair's expert and weight come from its token's top-k (``topk_w_ptr`` unused)."""
+    n = tl.program_id(0)
+    if L2PF > 0:
+        lin = n + tl.num_programs(0) * tl.program_id(1)
+        if lin < L2PF:
+            prefetch_l2(sw_ptr, sw_bytes, lin, L2PF, 512)
     if not LATE_WAIT:
         wait_for_previous(USE_PDL)
-    n = tl.program_id(0)
     p = tl.program_id(1) + P0
     N = T * K_TOP
     is_shared = p >= N
@@ -320,7 +327,9 @@ def gate_up_pairs(
     products over K every tile instead of once at the end: fewer registers, more programs resident) and
     PREFETCH (load the next tiles before multiplying this one: two tiles in flight a program); TMA (a stage
     count: the weights through Hopper tensor descriptors, the K loop pipelined that deep; BLOCK_K <= 256,
-    ignored where a descriptor cannot be made).
+    ignored where a descriptor cannot be made); L2PF (a program count: the first programs, resident while the
+    router runs, prefetch the shared expert's weights into L2 before the PDL wait, ``kernels/l2_prefetch.py``;
+    with PDL and a contiguous shared weight only).
 
     ``part``: "all" pairs in one launch, or the shared expert's rows alone ("shared") and then the routed
     pairs alone into the same ``h`` ("routed", launched right after "shared"). The routed launch then reads
@@ -368,6 +377,7 @@ def gate_up_pairs(
         w_gate_up.stride(0),
         w_gate_up.stride(1),
         sw.stride(0),
+        sw.numel() * sw.element_size(),
         K_TOP=k_top,
         KP=triton.next_power_of_2(k_top),
         EP=triton.next_power_of_2(E),
@@ -380,6 +390,7 @@ def gate_up_pairs(
         FROM_LOGITS=logits is not None,
         ROUND=round_code(x.dtype),
         TMA=int(cfg["TMA"]) if descs else 0,
+        L2PF=prefetch_parts(cfg, pdl.enabled(x)) if has_shared and sw.is_contiguous() else 0,
         num_warps=cfg.get("num_warps", 4),
         num_stages=cfg.get("num_stages", 1),
     )

@@ -1,0 +1,48 @@
+"""L2 prefetch of a weight while the previous kernel of the decode step finishes (Hopper, under PDL).
+
+Several kernels of the batch-1 step are latency-bound and leave HBM idle: the DeltaNet step (~5 us), the MoE
+router (~5 us), the attention's reduce. The weight-streaming kernel after each is already resident then
+(``pdl.py``: its programs are scheduled once its predecessor's programs have passed their wait) and only
+waits. Here its first programs spend that wait issuing ``prefetch.global.L2`` for a byte range of the weight
+it will stream (one instruction a 128-byte line, no registers held, no completion to wait for), so the
+weight arrives in L2 (50 MB on the H200) during the idle time and the streaming after the wait reads L2.
+
+A hint only: results are the same with or without it (the data are not changed, only cached), so the
+kernels take it as a plan option (``L2PF``: how many programs issue it) that the step tuner
+(``scripts/tune_step.py``) keeps only where the step gets shorter. Never on the CPU interpreter, which has no
+inline PTX: the launchers pass 0 there.
+"""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+LINE = 128  # bytes of an L2 line
+
+
+@triton.jit
+def prefetch_l2(base_ptr, nbytes, part, parts, LINES: tl.constexpr):
+    """Prefetch part ``part`` of ``parts`` equal slices of the ``nbytes`` bytes from ``base_ptr`` into L2,
+    LINES lines an instruction per thread block step; a part past the end does nothing."""
+    step: tl.constexpr = LINES * 128
+    chunk = tl.cdiv(tl.cdiv(nbytes, parts), step) * step
+    start = part.to(tl.int64) * chunk
+    end = tl.minimum(start + chunk, nbytes)
+    base = base_ptr.to(tl.pointer_type(tl.int8))
+    lines = tl.arange(0, LINES).to(tl.int64) * 128
+    for off in range(start, end, step):
+        o = tl.minimum(off + lines, nbytes - 1)  # the last lines repeat: a repeated prefetch is free
+        tl.inline_asm_elementwise(
+            "mov.u32 $0, 0;\n\tprefetch.global.L2 [$1];",
+            "=r,l",
+            [base + o],
+            dtype=tl.int32,
+            is_pure=False,
+            pack=1,
+        )
+
+
+def prefetch_parts(cfg: dict, use_pdl: bool) -> int:
+    """The plan's ``L2PF`` (programs that prefetch), 0 without PDL (nothing to overlap; the interpreter)."""
+    return int(cfg.get("L2PF", 0)) if use_pdl else 0
