@@ -45,8 +45,9 @@ def main() -> None:
             (1, 0, 0, 3),
             (0, 1, 0, 4),
         ]
-        variants = [(*v, 0, 0) for v in variants] + [(1, 0, 0, 0, 1, 0), (0, 1, 0, 0, 1, 0), (0, 1, 0, 0, 0, 264)]
-        for norm, res, red, tma, bx, pf in variants:  # HAS_NORM, HAS_RES, REDUCE_EACH, TMA stages, BCAST_X, L2PF
+        variants = [(*v, 0, 0) for v in variants] + [(1, 0, 0, 0, 1, 0), (0, 1, 0, 0, 1, 0)]
+        variants.append((0, 1, 0, 0, 0, 264))
+        for norm, res, red, tma, bx, pf in variants:  # HAS_NORM, HAS_RES, REDUCE_EACH, TMA, BCAST_X, L2PF
             bk = min(256, plan["BLOCK_K"]) if tma else plan["BLOCK_K"]
             types = dict(gemv_types, w_desc=f"tensordesc<bf16[{plan['BLOCK_N']}, {bk}]>" if tma else BF)
             consts = dict(BLOCK_M=1, BLOCK_N=plan["BLOCK_N"], BLOCK_K=bk, HAS_NORM=norm, HAS_RES=res,

@@ -133,13 +133,17 @@ def test_linear_op_norm_and_residual(rows, monkeypatch):
         linear_op.linear(x, w, residual=torch.zeros(rows, 23, device=DEVICE))
 
 
-@pytest.mark.skipif(not CUDA, reason="the L2 prefetch runs only on the GPU (PDL; no inline PTX in the interpreter)")
+@pytest.mark.skipif(
+    not CUDA, reason="the L2 prefetch runs only on the GPU (PDL; no inline PTX in the interpreter)"
+)
 @pytest.mark.parametrize("parts", [1, 7, 264, 5000])
 def test_gemv_l2_prefetch_same_bits(parts):
     """L2PF only caches W: the same bits as without it, for part counts below, around and above the grid."""
     x, w = _inputs(1, 2048, 4096, torch.bfloat16, seed=parts)
     cfg = {"BLOCK_N": 1, "BLOCK_K": 1024, "num_warps": 4}
-    torch.testing.assert_close(gemv_triton(x, w, {**cfg, "L2PF": parts}), gemv_triton(x, w, cfg), rtol=0, atol=0)
+    torch.testing.assert_close(
+        gemv_triton(x, w, {**cfg, "L2PF": parts}), gemv_triton(x, w, cfg), rtol=0, atol=0
+    )
 
 
 def test_l2_prefetch_off_without_pdl():
