@@ -27,7 +27,7 @@ def prefetch_l2(base_ptr, nbytes, part, parts, LINES: tl.constexpr):
     LINES lines an instruction per thread block step; a part past the end does nothing."""
     step: tl.constexpr = LINES * 128
     chunk = tl.cdiv(tl.cdiv(nbytes, parts), step) * step
-    start = part.to(tl.int64) * chunk
+    start = chunk.to(tl.int64) * part
     end = tl.minimum(start + chunk, nbytes)
     base = base_ptr.to(tl.pointer_type(tl.int8))
     lines = tl.arange(0, LINES).to(tl.int64) * 128

@@ -25,8 +25,10 @@ several tiles in flight without holding them in registers. The first tile is cop
 TMA needs sm_90+, BLOCK_K <= 256 and 16-byte aligned rows; elsewhere the option is ignored.
 
 With the plan's ``L2PF`` (a program count, 0 = off) the first L2PF programs, resident while the previous kernel
-finishes, prefetch all of W into L2 before the PDL wait (``kernels/l2_prefetch.py``): for the projections after
-a latency-bound kernel (out_proj after the DeltaNet step, o_proj after the attention), whose HBM is idle then.
+finishes, prefetch the rest of their rows of W into L2 before the PDL wait (``kernels/l2_prefetch.py``), so a
+prefix of W (L2PF * BLOCK_N rows) streams during the previous kernel's tail: for the projections after a
+latency-bound kernel (out_proj after the DeltaNet step, o_proj after the attention), whose HBM is idle then.
+(All of W split over those programs lost in the step, 2026-12-04: out_proj's 16.8 MB outlast the DeltaNet step.)
 """
 
 from __future__ import annotations
@@ -93,7 +95,6 @@ def _gemv_kernel(
     stride_ym,
     stride_rm,
     eps,
-    w_bytes,
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
     BLOCK_K: tl.constexpr,
@@ -105,8 +106,7 @@ def _gemv_kernel(
     L2PF: tl.constexpr,
     USE_PDL: tl.constexpr,
 ):
-    """w_desc: W's tensor descriptor with [BLOCK_N, BLOCK_K] boxes when TMA > 0 (else unused); w_bytes: W's
-    size in bytes (contiguous: the L2PF range)."""
+    """w_desc: W's tensor descriptor with [BLOCK_N, BLOCK_K] boxes when TMA > 0 (else unused)."""
     pid = tl.program_id(0)
     rm = tl.arange(0, BLOCK_M)
     rn = pid * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -125,8 +125,11 @@ def _gemv_kernel(
     if HAS_NORM:
         g = tl.load(g_ptr + kk, mask=kk < K, other=0.0)
     if L2PF > 0:
-        if pid < L2PF:
-            prefetch_l2(w_ptr, w_bytes, pid, L2PF, 512)
+        if pid < L2PF:  # whole rows (the first tile's lines, in flight already, cost a repeated request each)
+            row_bytes = K * w_ptr.dtype.element_ty.primitive_bitwidth // 8
+            for r in tl.static_range(BLOCK_N):
+                row = tl.minimum(pid * BLOCK_N + r, N - 1).to(tl.int64)
+                prefetch_l2(w_ptr + row * stride_wn, row_bytes, 0, 1, 64)
     wait_for_previous(USE_PDL)
     omask = mm[:, None] & nm[None, :]
     r = 0.0
@@ -186,8 +189,8 @@ def gemv_triton(
     reduce the products over K every tile, not once at the end: a [BLOCK_N] accumulator instead of
     [BLOCK_N, BLOCK_K], so more programs fit an SM), TMA (optional, a stage count: W through a TMA
     descriptor, the K loop pipelined that deep; BLOCK_K <= 256 for one row), BCAST_X (optional: x loaded in
-    the product's layout, ``_gemv_tile``), L2PF (optional: programs that prefetch W into L2 before the PDL
-    wait; with PDL and a contiguous W only)."""
+    the product's layout, ``_gemv_tile``), L2PF (optional: programs that prefetch their rows of W into L2
+    before the PDL wait; with PDL only)."""
     M, K = x.shape
     N = weight.shape[0]
     if M > GEMV_MAX_ROWS or x.stride(1) != 1 or weight.stride(1) != 1:
@@ -225,7 +228,6 @@ def gemv_triton(
         out.stride(0),
         residual.stride(0) if residual is not None else 0,
         norm_eps,
-        weight.numel() * weight.element_size(),
         BLOCK_M=block_m,
         BLOCK_N=cfg["BLOCK_N"],
         BLOCK_K=block_k,
@@ -234,7 +236,7 @@ def gemv_triton(
         REDUCE_EACH=bool(cfg.get("REDUCE_EACH", False)),
         TMA=stages,
         BCAST_X=bool(cfg.get("BCAST_X", False)),
-        L2PF=prefetch_parts(cfg, pdl) if weight.is_contiguous() else 0,
+        L2PF=prefetch_parts(cfg, pdl),
         num_warps=cfg.get("num_warps", 4),
         **pdl_opts,
     )
