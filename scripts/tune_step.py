@@ -108,12 +108,8 @@ def knobs(groups: set[str], state: dict, batch: int = 1) -> list[Knob]:
         ]
         if batch == 1:
             out.append(Knob(("attention", "fused_reduce"), (False, True)))
-    if "l2pf" in groups:  # programs prefetching weights into L2 before the PDL wait (kernels/l2_prefetch.py)
-        pf = (None, 132, 264, 528, 1056)  # the prefix of W prefetched: L2PF * BLOCK_N rows
-        out += [Knob(("gemv", s, "L2PF"), pf) for s in (GEMV_SHAPES if batch == 1 else ())]
+    if "l2pf" in groups:  # gate_up's programs prefetching the shared expert into L2 (kernels/l2_prefetch.py)
         out.append(Knob(("moe", "gate_up", "L2PF"), (None, 64, 128, 256)))
-        if batch == 1:  # the fused reduce lets o_proj's programs (and their prefetch) in during the attention
-            out.append(Knob(("attention", "fused_reduce"), (False, True)))
     return out
 
 

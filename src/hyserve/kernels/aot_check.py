@@ -45,15 +45,14 @@ def main() -> None:
             (1, 0, 0, 3),
             (0, 1, 0, 4),
         ]
-        variants = [(*v, 0, 0) for v in variants] + [(1, 0, 0, 0, 1, 0), (0, 1, 0, 0, 1, 0)]
-        variants.append((0, 1, 0, 0, 0, 264))
-        for norm, res, red, tma, bx, pf in variants:  # HAS_NORM, HAS_RES, REDUCE_EACH, TMA, BCAST_X, L2PF
+        variants = [(*v, 0) for v in variants] + [(1, 0, 0, 0, 1), (0, 1, 0, 0, 1)]
+        for norm, res, red, tma, bx in variants:  # HAS_NORM, HAS_RES, REDUCE_EACH, TMA stages, BCAST_X
             bk = min(256, plan["BLOCK_K"]) if tma else plan["BLOCK_K"]
             types = dict(gemv_types, w_desc=f"tensordesc<bf16[{plan['BLOCK_N']}, {bk}]>" if tma else BF)
             consts = dict(BLOCK_M=1, BLOCK_N=plan["BLOCK_N"], BLOCK_K=bk, HAS_NORM=norm, HAS_RES=res,
-                          REDUCE_EACH=red, TMA=tma, BCAST_X=bx, L2PF=pf, USE_PDL=True)  # fmt: skip
+                          REDUCE_EACH=red, TMA=tma, BCAST_X=bx, USE_PDL=True)  # fmt: skip
             build(gemv._gemv_kernel, types, consts, plan.get("num_warps", 4), 1,
-                  label=f"gemv {shape} norm={norm} res={res} reduce_each={red} tma={tma} bcast_x={bx} l2pf={pf}")  # fmt: skip
+                  label=f"gemv {shape} norm={norm} res={res} reduce_each={red} tma={tma} bcast_x={bx}")  # fmt: skip
     plan = get_plan(1, 256, 2048, 512, 8, torch.bfloat16)
     router_types = {"x_ptr": BF, "nw_ptr": BF, "xn_ptr": BF, "eps": "fp32", "gw_ptr": BF, "scratch_ptr": F32,
                     "counter_ptr": I32, "ids_ptr": I32, "w_ptr": F32, "sorted_ptr": I32, "meta_ptr": I32}  # fmt: skip

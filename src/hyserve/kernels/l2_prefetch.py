@@ -1,16 +1,18 @@
 """L2 prefetch of a weight while the previous kernel of the decode step finishes (Hopper, under PDL).
 
-Several kernels of the batch-1 step are latency-bound and leave HBM idle: the DeltaNet step (~5 us), the MoE
-router (~5 us), the attention's reduce. The weight-streaming kernel after each is already resident then
-(``pdl.py``: its programs are scheduled once its predecessor's programs have passed their wait) and only
-waits. Here its first programs spend that wait issuing ``prefetch.global.L2`` for a byte range of the weight
-it will stream (one instruction a 128-byte line, no registers held, no completion to wait for), so the
-weight arrives in L2 (50 MB on the H200) during the idle time and the streaming after the wait reads L2.
+The MoE router of the batch-1 step is latency-bound (~5 us of a GEMV over 1 MB, a ticket and a top-k) and
+leaves HBM idle, while the expert gate_up kernel after it is already resident (``pdl.py``: its programs are
+scheduled once the router's programs have passed their wait) and only waits for the expert ids. Its first
+programs spend that wait issuing ``prefetch.global.L2`` for the shared expert's weights, which need no ids
+(one instruction a 128-byte line, no registers held, no completion to wait for), so those 4.2 MB arrive in
+L2 (50 MB on the H200) during the router and the gate_up after the wait reads them from there: the batch-1
+step 2051 -> 1999 us (docs/performance.md, 2026-12-04).
 
-A hint only: results are the same with or without it (the data are not changed, only cached), so the
-kernels take it as a plan option (``L2PF``: how many programs issue it) that the step tuner
-(``scripts/tune_step.py``) keeps only where the step gets shorter. Never on the CPU interpreter, which has no
-inline PTX: the launchers pass 0 there.
+A hint only: results are the same with or without it (only caching changes), so the kernel takes it as a plan
+option (``L2PF``: how many programs issue it) that the step tuner (``scripts/tune_step.py``) keeps only where
+the step gets shorter. Never on the CPU interpreter, which has no inline PTX: the launchers pass 0 there.
+The same prefetch in the GEMV (all of W over its first programs, or each first program's own rows, after the
+DeltaNet step and the attention) lost or tied in the step on 2026-12-04 and was removed (code at f069c58).
 """
 
 from __future__ import annotations

@@ -61,7 +61,6 @@ DTYPES = [torch.float32, torch.float16] + ([torch.bfloat16] if CUDA else [])
         {"BLOCK_N": 2, "BLOCK_K": 64, "TMA": 2, "REDUCE_EACH": 1},
         {"BLOCK_N": 4, "BLOCK_K": 32, "BCAST_X": 1},
         {"BLOCK_N": 1, "BLOCK_K": 32, "BCAST_X": 1},
-        {"BLOCK_N": 4, "BLOCK_K": 32, "L2PF": 3},
     ],
 )
 def test_gemv_matches_reference(shape, dtype, cfg):
@@ -131,27 +130,6 @@ def test_linear_op_norm_and_residual(rows, monkeypatch):
     assert got is res and _rel(got, want) < 1e-5
     with pytest.raises(ValueError, match="residual"):
         linear_op.linear(x, w, residual=torch.zeros(rows, 23, device=DEVICE))
-
-
-@pytest.mark.skipif(
-    not CUDA, reason="the L2 prefetch runs only on the GPU (PDL; no inline PTX in the interpreter)"
-)
-@pytest.mark.parametrize("parts", [1, 7, 264, 5000])
-def test_gemv_l2_prefetch_same_bits(parts):
-    """L2PF only caches W: the same bits as without it, for part counts below, around and above the grid."""
-    x, w = _inputs(1, 2048, 4096, torch.bfloat16, seed=parts)
-    cfg = {"BLOCK_N": 1, "BLOCK_K": 1024, "num_warps": 4}
-    torch.testing.assert_close(
-        gemv_triton(x, w, {**cfg, "L2PF": parts}), gemv_triton(x, w, cfg), rtol=0, atol=0
-    )
-
-
-def test_l2_prefetch_off_without_pdl():
-    from hyserve.kernels.l2_prefetch import prefetch_parts
-
-    assert prefetch_parts({"L2PF": 264}, use_pdl=False) == 0
-    assert prefetch_parts({"L2PF": 264}, use_pdl=True) == 264
-    assert prefetch_parts({}, use_pdl=True) == 0
 
 
 def test_gemv_strided_rows():

@@ -23,12 +23,6 @@ With the plan's ``TMA`` (a stage count, 0 = off) W streams through a Hopper tens
 deep (Triton's pipeliner issues the next tiles' copies before this tile's multiply), so a program keeps
 several tiles in flight without holding them in registers. The first tile is copied before the PDL wait.
 TMA needs sm_90+, BLOCK_K <= 256 and 16-byte aligned rows; elsewhere the option is ignored.
-
-With the plan's ``L2PF`` (a program count, 0 = off) the first L2PF programs, resident while the previous kernel
-finishes, prefetch the rest of their rows of W into L2 before the PDL wait (``kernels/l2_prefetch.py``), so a
-prefix of W (L2PF * BLOCK_N rows) streams during the previous kernel's tail: for the projections after a
-latency-bound kernel (out_proj after the DeltaNet step, o_proj after the attention), whose HBM is idle then.
-(All of W split over those programs lost in the step, 2026-12-04: out_proj's 16.8 MB outlast the DeltaNet step.)
 """
 
 from __future__ import annotations
@@ -38,7 +32,6 @@ import triton
 import triton.language as tl
 
 from hyserve.kernels import tma
-from hyserve.kernels.l2_prefetch import prefetch_l2, prefetch_parts
 from hyserve.kernels.linear import GEMV_MAX_ROWS
 from hyserve.kernels.pdl import launch_options, wait_for_previous
 
@@ -103,7 +96,6 @@ def _gemv_kernel(
     REDUCE_EACH: tl.constexpr,
     TMA: tl.constexpr,
     BCAST_X: tl.constexpr,
-    L2PF: tl.constexpr,
     USE_PDL: tl.constexpr,
 ):
     """w_desc: W's tensor descriptor with [BLOCK_N, BLOCK_K] boxes when TMA > 0 (else unused)."""
@@ -124,12 +116,6 @@ def _gemv_kernel(
     g = tl.zeros((BLOCK_K,), dtype=tl.float32)
     if HAS_NORM:
         g = tl.load(g_ptr + kk, mask=kk < K, other=0.0)
-    if L2PF > 0:
-        if pid < L2PF:  # whole rows (the first tile's lines, in flight already, cost a repeated request each)
-            row_bytes = K * w_ptr.dtype.element_ty.primitive_bitwidth // 8
-            for r in tl.static_range(BLOCK_N):
-                row = tl.minimum(pid * BLOCK_N + r, N - 1).to(tl.int64)
-                prefetch_l2(w_ptr + row * stride_wn, row_bytes, 0, 1, 64)
     wait_for_previous(USE_PDL)
     omask = mm[:, None] & nm[None, :]
     r = 0.0
@@ -189,8 +175,7 @@ def gemv_triton(
     reduce the products over K every tile, not once at the end: a [BLOCK_N] accumulator instead of
     [BLOCK_N, BLOCK_K], so more programs fit an SM), TMA (optional, a stage count: W through a TMA
     descriptor, the K loop pipelined that deep; BLOCK_K <= 256 for one row), BCAST_X (optional: x loaded in
-    the product's layout, ``_gemv_tile``), L2PF (optional: programs that prefetch their rows of W into L2
-    before the PDL wait; with PDL only)."""
+    the product's layout, ``_gemv_tile``)."""
     M, K = x.shape
     N = weight.shape[0]
     if M > GEMV_MAX_ROWS or x.stride(1) != 1 or weight.stride(1) != 1:
@@ -211,8 +196,6 @@ def gemv_triton(
     block_k = max(16, cfg["BLOCK_K"] // block_m)  # the same accumulator size for any M
     w_desc = tma.descriptor(weight, [cfg["BLOCK_N"], block_k]) if cfg.get("TMA") else None
     stages = int(cfg["TMA"]) if w_desc is not None else 0
-    pdl_opts = launch_options(x)
-    pdl = pdl_opts["USE_PDL"]
     _gemv_kernel[(triton.cdiv(N, cfg["BLOCK_N"]),)](
         x,
         weight,
@@ -236,8 +219,7 @@ def gemv_triton(
         REDUCE_EACH=bool(cfg.get("REDUCE_EACH", False)),
         TMA=stages,
         BCAST_X=bool(cfg.get("BCAST_X", False)),
-        L2PF=prefetch_parts(cfg, pdl),
         num_warps=cfg.get("num_warps", 4),
-        **pdl_opts,
+        **launch_options(x),
     )
     return out
