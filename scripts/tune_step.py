@@ -110,7 +110,6 @@ def knobs(groups: set[str], state: dict, batch: int = 1) -> list[Knob]:
             out.append(Knob(("attention", "fused_reduce"), (False, True)))
     if "l2pf" in groups:  # gate_up's programs prefetching the shared expert into L2 (kernels/l2_prefetch.py)
         out.append(Knob(("moe", "gate_up", "L2PF"), (None, 64, 128, 256)))
-        out.append(Knob(("moe", "gate_up", "L2PF_DOWN"), (None, True)))  # + the shared expert's down
     return out
 
 

@@ -68,7 +68,6 @@ def main() -> None:
         "w_ptr": BF,
         "sw_ptr": BF,
         "sg_ptr": BF,
-        "also_ptr": BF,
         "ids_ptr": I32,
         "topk_w_ptr": F32,
         "h_ptr": BF,
@@ -82,7 +81,7 @@ def main() -> None:
                     desc = f"tensordesc<bf16[{gu['BLOCK_I']}, {bk}]>" if stages else BF
                     consts = dict(K_TOP=8, KP=8, EP=256, BLOCK_I=gu["BLOCK_I"], BLOCK_K=bk, HAS_SHARED_GATE=True,
                                   REDUCE_EACH=red, PREFETCH=pre, LATE_WAIT=late, FROM_LOGITS=fl, ROUND=1,
-                                  TMA=stages, L2PF=pf, L2PF_ALSO=pf > 0, USE_PDL=True)  # fmt: skip
+                                  TMA=stages, L2PF=pf, USE_PDL=True)  # fmt: skip
                     types = dict(gu_types, ids_ptr=F32 if fl else I32, w_desc=desc, sw_desc=desc)
                     build(triton_pairs._gate_up_pairs_kernel, types, consts, gu.get("num_warps", 4), 1,
                           label=f"pairs gate_up reduce_each={red} prefetch={pre} late_wait={late} logits={fl} "

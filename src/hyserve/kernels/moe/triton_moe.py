@@ -125,12 +125,10 @@ def fused_moe_triton(
         else:
             ids, weights = route_topk(F.linear(x, gate_weight), top_k, x.dtype)
         args = (x, w_gate_up, sgu, sg, ids, weights, plan["gate_up"])
-        # the plan's L2PF_DOWN: the gate_up's prefetch also takes the shared down into L2 during the router
-        gkw = dict(kw, l2_also=sd) if plan["gate_up"].get("L2PF_DOWN") and sd is not None else kw
         if plan.get("split_shared") and sgu is not None:  # the routed launch streams before its wait
             h = gate_up_pairs(*args, part="routed", h=gate_up_pairs(*args, part="shared", **kw), **kw)
         else:
-            h = gate_up_pairs(*args, **gkw)
+            h = gate_up_pairs(*args, **kw)
         res = down_pairs(h, w_down, sd, ids, plan["down"], out=target, add_out=add_out, **kw)
     else:
         res = _grouped(

@@ -85,8 +85,6 @@ def _gate_up_pairs_kernel(
     stride_wn,
     stride_sn,
     sw_bytes,
-    also_ptr,
-    also_bytes,
     K_TOP: tl.constexpr,
     KP: tl.constexpr,
     EP: tl.constexpr,
@@ -100,20 +98,17 @@ def _gate_up_pairs_kernel(
     ROUND: tl.constexpr,
     TMA: tl.constexpr,
     L2PF: tl.constexpr,
-    L2PF_ALSO: tl.constexpr,
     USE_PDL: tl.constexpr,
 ):
     """Pair p = P0 + program_id(1). REDUCE_EACH, PREFETCH, LATE_WAIT, TMA, L2PF: see ``gate_up_pairs``
     (w_desc, sw_desc: the routed experts' [E*2I, H] and the shared expert's [2I, H] descriptors; sw_bytes: the
-    shared expert's weight size, the L2PF range; also_ptr / also_bytes: a second range with L2PF_ALSO). FROM_LOGITS: ``ids_ptr`` is the router's logits [*, EP] fp32
+    shared expert's weight size, the L2PF range). FROM_LOGITS: ``ids_ptr`` is the router's logits [*, EP] fp32
     and the pair's expert and weight come from its token's top-k (``topk_w_ptr`` unused)."""
     n = tl.program_id(0)
     if L2PF > 0:
         lin = n + tl.num_programs(0) * tl.program_id(1)
         if lin < L2PF:
             prefetch_l2(sw_ptr, sw_bytes, lin, L2PF, 512)
-            if L2PF_ALSO:
-                prefetch_l2(also_ptr, also_bytes, lin, L2PF, 512)
     if not LATE_WAIT:
         wait_for_previous(USE_PDL)
     p = tl.program_id(1) + P0
@@ -324,7 +319,6 @@ def gate_up_pairs(
     *,
     logits: torch.Tensor | None = None,
     top_k: int | None = None,
-    l2_also: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """-> h [T*k + T, I] (rows T*k.. for the shared expert, unused without one). The routing: ``topk_ids`` /
     ``topk_weights`` [T, k], or (both None) the router's ``logits`` [TP, EP] fp32 from
@@ -335,8 +329,7 @@ def gate_up_pairs(
     count: the weights through Hopper tensor descriptors, the K loop pipelined that deep; BLOCK_K <= 256,
     ignored where a descriptor cannot be made); L2PF (a program count: the first programs, resident while the
     router runs, prefetch the shared expert's weights into L2 before the PDL wait, ``kernels/l2_prefetch.py``;
-    with PDL and a contiguous shared weight only); ``l2_also``: a contiguous weight of the next launch that
-    those programs prefetch too (the shared expert's down, which ``down_pairs`` reads while this kernel streams).
+    with PDL and a contiguous shared weight only).
 
     ``part``: "all" pairs in one launch, or the shared expert's rows alone ("shared") and then the routed
     pairs alone into the same ``h`` ("routed", launched right after "shared"). The routed launch then reads
@@ -385,8 +378,6 @@ def gate_up_pairs(
         w_gate_up.stride(1),
         sw.stride(0),
         sw.numel() * sw.element_size(),
-        l2_also if l2_also is not None else sw,
-        l2_also.numel() * l2_also.element_size() if l2_also is not None else 0,
         K_TOP=k_top,
         KP=triton.next_power_of_2(k_top),
         EP=triton.next_power_of_2(E),
@@ -400,7 +391,6 @@ def gate_up_pairs(
         ROUND=round_code(x.dtype),
         TMA=int(cfg["TMA"]) if descs else 0,
         L2PF=prefetch_parts(cfg, pdl.enabled(x)) if has_shared and sw.is_contiguous() else 0,
-        L2PF_ALSO=l2_also is not None and l2_also.is_contiguous(),
         num_warps=cfg.get("num_warps", 4),
         num_stages=cfg.get("num_stages", 1),
     )
