@@ -20,13 +20,12 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-LINE = 128  # bytes of an L2 line
-
 
 @triton.jit
 def prefetch_l2(base_ptr, nbytes, part, parts, LINES: tl.constexpr):
-    """Prefetch part ``part`` of ``parts`` equal slices of the ``nbytes`` bytes from ``base_ptr`` into L2,
-    LINES lines an instruction per thread block step; a part past the end does nothing."""
+    """Prefetch part ``part`` of ``parts`` equal slices of the ``nbytes`` bytes from ``base_ptr`` into L2:
+    LINES 128-byte lines a loop step, one prefetch instruction each (spread over the program's threads); a part
+    past the end does nothing."""
     step: tl.constexpr = LINES * 128
     chunk = tl.cdiv(tl.cdiv(nbytes, parts), step) * step
     start = chunk.to(tl.int64) * part
