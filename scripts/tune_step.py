@@ -3,7 +3,7 @@
 usage: python scripts/tune_step.py --model DIR --load-format dummy --kv-cache-memory-gb 8 --max-num-seqs 8
        --max-model-len 8192 [--batch 1] [--prompt-len 384] [--replays 300] [--noise-us 3]
        [--groups gemv,moe,gdn,attention] [--passes 1] [--out DIR]   (--groups may add "screen", "options",
-       "l2pf", "rope")
+       "l2pf")
 
 Per variant: its plans patched into the kernels' tables (the GEMV plans, the MoE bucket, the DeltaNet step's
 tiles and the greedy screen's plan that serve ``--batch``, the decode attention config), that batch size's
@@ -108,13 +108,6 @@ def knobs(groups: set[str], state: dict, batch: int = 1) -> list[Knob]:
         ]
         if batch == 1:
             out.append(Knob(("attention", "fused_reduce"), (False, True)))
-    if (
-        "rope" in groups
-    ):  # the decode attention with q/k-norm + RoPE + KV store as its prologue, and its merge
-        out += [
-            Knob(("attention", "rope_prologue"), (False, True)),
-            Knob(("attention", "fused_reduce"), (False, True)),
-        ]
     if "l2pf" in groups:  # gate_up's programs prefetching the shared expert into L2 (kernels/l2_prefetch.py)
         out.append(Knob(("moe", "gate_up", "L2PF"), (None, 64, 128, 256)))
     return out
@@ -261,9 +254,7 @@ def main() -> None:
     parser.add_argument("--prompt-len", type=int, default=384)
     parser.add_argument("--replays", type=int, default=300)
     parser.add_argument("--noise-us", type=float, default=3.0)
-    parser.add_argument(
-        "--groups", default="gemv,moe,gdn,attention", help="also: screen, options, l2pf, rope"
-    )
+    parser.add_argument("--groups", default="gemv,moe,gdn,attention", help="also: screen, options, l2pf")
     parser.add_argument("--passes", type=int, default=1)
     parser.add_argument("--out", default=os.environ.get("OUT", "/tmp/tune_step"))
     ns = parser.parse_args()

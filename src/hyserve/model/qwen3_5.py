@@ -162,8 +162,8 @@ class Attention(nn.Module):
         k = k.view(t, self.num_kv_heads, self.head_dim)
         v = v.view(t, self.num_kv_heads, self.head_dim)
         k_cache, v_cache = cache.kv[self.attention_index]
-        # q/k norm + RoPE, the new k and v into the cache, then attention over the cache (one launch in decode)
-        o = ops.qk_norm_rope_attention(
+        # one kernel: the normed, roped q out; the normed, roped k and the raw v into the cache at the slots
+        q = ops.qk_norm_rope_store(
             q,
             k,
             v,
@@ -175,6 +175,11 @@ class Attention(nn.Module):
             k_cache,
             v_cache,
             batch.slot_mapping,
+        )
+        o = ops.paged_attention(
+            q,
+            k_cache,
+            v_cache,
             batch.cu_seqlens_q,
             batch.seq_lens,
             batch.block_tables,

@@ -49,7 +49,7 @@ def _launch(kind: str, fn, *args):
     from triton import OutOfResources
 
     head_dim = args[0].shape[2]
-    config = {k: v for k, v in launch_config(kind, head_dim).items() if k != "rope_prologue"}
+    config = launch_config(kind, head_dim)
     try:
         return fn(*args, **config)
     except OutOfResources as e:
@@ -105,68 +105,6 @@ def paged_attention(
     )
 
 
-def qk_norm_rope_attention(
-    q: torch.Tensor,
-    k: torch.Tensor,
-    v: torch.Tensor,
-    q_weight: torch.Tensor,
-    k_weight: torch.Tensor,
-    eps: float,
-    cos: torch.Tensor,
-    sin: torch.Tensor,
-    positions: torch.Tensor,
-    rotary_dim: int,
-    k_cache: torch.Tensor,
-    v_cache: torch.Tensor,
-    slot_mapping: torch.Tensor,
-    cu_seqlens_q: torch.Tensor,
-    seq_lens: torch.Tensor,
-    block_tables: torch.Tensor,
-    scale: float,
-    gate: torch.Tensor | None = None,
-) -> torch.Tensor:
-    """The attention block's middle: ``qk_norm_rope_store`` of the raw q [T, Hq, D], k, v [T, Hkv, D] (the new
-    k and v into the cache at ``slot_mapping``), then ``paged_attention`` of the new q -> [T, Hq, D].
-
-    A decode batch (one token per sequence) on the Triton path runs both in the split kernel's launch when the
-    decode config's ``rope_prologue`` is on (``triton_decode_rope.py``: the same roundings, so the same bits);
-    anything else runs the two ops."""
-    from hyserve.kernels.qk_norm_rope import qk_norm_rope_store  # it imports store_kv from this package
-
-    rope_args = (q_weight, k_weight, eps, cos, sin, positions, rotary_dim)
-    if (
-        q.shape[0] == seq_lens.shape[0]
-        and launch_config("decode", q.shape[2]).get("rope_prologue", False)
-        and _triton_ok(
-            q, k_cache, v_cache, k, v, cu_seqlens_q, seq_lens, block_tables, slot_mapping, *rope_args[:2]
-        )
-        and k.dtype == q.dtype
-        and v.dtype == q.dtype
-        and k.shape == v.shape == (q.shape[0], *k_cache.shape[2:])
-        and 0 < rotary_dim <= q.shape[2]
-        and rotary_dim % 2 == 0
-        and all(t.stride(-1) == 1 for t in (q, k, v, gate) if t is not None)
-    ):
-        from hyserve.kernels.attention.triton_decode_rope import paged_decode_rope
-
-        args = (
-            q,
-            k,
-            v,
-            *rope_args,
-            k_cache,
-            v_cache,
-            slot_mapping,
-            cu_seqlens_q,
-            seq_lens,
-            block_tables,
-            scale,
-        )
-        return _launch("decode", paged_decode_rope, *args, gate)
-    q = qk_norm_rope_store(q, k, v, *rope_args, k_cache, v_cache, slot_mapping)
-    return paged_attention(q, k_cache, v_cache, cu_seqlens_q, seq_lens, block_tables, scale, gate=gate)
-
-
 def store_kv(
     k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, slot_mapping: torch.Tensor
 ) -> None:
@@ -184,10 +122,4 @@ def store_kv(
     store_kv_reference(k, v, k_cache, v_cache, slot_mapping)
 
 
-__all__ = [
-    "paged_attention",
-    "paged_attention_reference",
-    "qk_norm_rope_attention",
-    "store_kv",
-    "store_kv_reference",
-]
+__all__ = ["paged_attention", "paged_attention_reference", "store_kv", "store_kv_reference"]

@@ -22,8 +22,6 @@ gate and resets the counter (docs/kernels.md, last-program reductions).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 import triton
 import triton.language as tl
@@ -108,32 +106,28 @@ def _merge_partitions(
 
 
 @triton.jit
-def _split_attend(
-    q,
+def _paged_decode_split_kernel(
+    q_ptr,
     k_ptr,
     v_ptr,
-    bt_row,
-    blk,
+    bt_ptr,
+    seq_lens_ptr,
+    cu_q_ptr,
     gate_ptr,
     out_ptr,
     part_o_ptr,
     part_lse_ptr,
     counter_ptr,
-    seq,
-    kvh,
-    split,
-    tok,
-    ctx,
-    part,
-    start,
-    end,
     qk_scale,
+    stride_qt,
+    stride_qh,
     stride_kb,
     stride_ks,
     stride_kh,
     stride_vb,
     stride_vs,
     stride_vh,
+    stride_bt,
     stride_gt,
     stride_gh,
     stride_gd,
@@ -151,15 +145,36 @@ def _split_attend(
     MERGE_CHUNK: tl.constexpr,
     HAS_GATE: tl.constexpr,
     DOT_PREC: tl.constexpr,
+    USE_PDL: tl.constexpr,
 ):
-    """One split program's attention of its G query heads q [G_PAD, BLOCK_D] over keys [start, end) of
-    sequence ``seq``'s context (``blk``: the first tile's block ids, already loaded), then its output: the gated
-    result (SINGLE), or its partial and, with FUSED_REDUCE, the merge if it draws the last ticket."""
+    seq = tl.program_id(0).to(tl.int64)
+    kvh = tl.program_id(1).to(tl.int64)
+    split = tl.program_id(2)
+
+    # seq_lens, cu_seqlens_q and the block tables are the step's inputs, copied in before its first kernel
+    # (no kernel writes them): they and the first tile's block ids load while the previous kernel finishes
+    # (kernels/pdl.py); q and the K/V rows (the new token's written by the previous kernel) after the wait
+    ctx = tl.load(seq_lens_ptr + seq).to(tl.int32)
+    tok = tl.load(cu_q_ptr + seq).to(tl.int64)
+    part = tl.cdiv(tl.cdiv(ctx, num_splits), BLOCK_N) * BLOCK_N
+    start = split * part
+    end = tl.minimum(start + part, ctx)
+    bt_row = bt_ptr + seq * stride_bt
+    offs_n = start + tl.arange(0, BLOCK_N)
+    blk = tl.load(bt_row + offs_n // PAGE, mask=offs_n < end, other=0).to(tl.int64)
+    wait_for_previous(USE_PDL)
+
     offs_g = tl.arange(0, G_PAD)
     offs_d = tl.arange(0, BLOCK_D)
     mask_g = offs_g < G
     mask_d = offs_d < D
     heads = kvh * G + offs_g  # int64
+    q = tl.load(
+        q_ptr + tok * stride_qt + heads[:, None] * stride_qh + offs_d[None, :],
+        mask=mask_g[:, None] & mask_d[None, :],
+        other=0.0,
+    )
+
     m_i = tl.full([G_PAD], float("-inf"), tl.float32)
     l_i = tl.zeros([G_PAD], tl.float32)
     acc = tl.zeros([G_PAD, BLOCK_D], tl.float32)
@@ -215,89 +230,6 @@ def _split_attend(
                 _gate_store(o, gate_ptr, out_ptr, tok, heads, offs_d, out_mask, stride_gt, stride_gh, stride_gd,
                             stride_ot, stride_oh, HAS_GATE)  # fmt: skip
                 tl.store(counter, 0)  # every ticket of this launch is drawn: the next launch starts from 0
-
-
-@triton.jit
-def _split_range(seq_lens_ptr, cu_q_ptr, bt_ptr, seq, split, stride_bt, num_splits, BLOCK_N: tl.constexpr,
-                 PAGE: tl.constexpr):  # fmt: skip
-    """A split program's step inputs (no kernel writes them: they load before the PDL wait): its sequence's
-    token row and context, its key range [start, end) of ``part`` keys a partition, its block-table row and
-    its first tile's block ids."""
-    ctx = tl.load(seq_lens_ptr + seq).to(tl.int32)
-    tok = tl.load(cu_q_ptr + seq).to(tl.int64)
-    part = tl.cdiv(tl.cdiv(ctx, num_splits), BLOCK_N) * BLOCK_N
-    start = split * part
-    end = tl.minimum(start + part, ctx)
-    bt_row = bt_ptr + seq * stride_bt
-    offs_n = start + tl.arange(0, BLOCK_N)
-    blk = tl.load(bt_row + offs_n // PAGE, mask=offs_n < end, other=0).to(tl.int64)
-    return ctx, tok, part, start, end, bt_row, blk
-
-
-@triton.jit
-def _paged_decode_split_kernel(
-    q_ptr,
-    k_ptr,
-    v_ptr,
-    bt_ptr,
-    seq_lens_ptr,
-    cu_q_ptr,
-    gate_ptr,
-    out_ptr,
-    part_o_ptr,
-    part_lse_ptr,
-    counter_ptr,
-    qk_scale,
-    stride_qt,
-    stride_qh,
-    stride_kb,
-    stride_ks,
-    stride_kh,
-    stride_vb,
-    stride_vs,
-    stride_vh,
-    stride_bt,
-    stride_gt,
-    stride_gh,
-    stride_gd,
-    stride_ot,
-    stride_oh,
-    num_splits,
-    G: tl.constexpr,
-    G_PAD: tl.constexpr,
-    D: tl.constexpr,
-    BLOCK_D: tl.constexpr,
-    BLOCK_N: tl.constexpr,
-    PAGE: tl.constexpr,
-    SINGLE: tl.constexpr,
-    FUSED_REDUCE: tl.constexpr,
-    MERGE_CHUNK: tl.constexpr,
-    HAS_GATE: tl.constexpr,
-    DOT_PREC: tl.constexpr,
-    USE_PDL: tl.constexpr,
-):
-    seq = tl.program_id(0).to(tl.int64)
-    kvh = tl.program_id(1).to(tl.int64)
-    split = tl.program_id(2)
-    # the step inputs load while the previous kernel finishes (kernels/pdl.py); q and the K/V rows (the new
-    # token's written by the previous kernel) after the wait
-    ctx, tok, part, start, end, bt_row, blk = _split_range(
-        seq_lens_ptr, cu_q_ptr, bt_ptr, seq, split, stride_bt, num_splits, BLOCK_N, PAGE
-    )
-    wait_for_previous(USE_PDL)
-    offs_g = tl.arange(0, G_PAD)
-    offs_d = tl.arange(0, BLOCK_D)
-    q = tl.load(
-        q_ptr + tok * stride_qt + (kvh * G + offs_g)[:, None] * stride_qh + offs_d[None, :],
-        mask=(offs_g < G)[:, None] & (offs_d < D)[None, :],
-        other=0.0,
-    )
-    _split_attend(q, k_ptr, v_ptr, bt_row, blk, gate_ptr, out_ptr, part_o_ptr, part_lse_ptr, counter_ptr,
-                  seq, kvh, split, tok, ctx, part, start, end, qk_scale,
-                  stride_kb, stride_ks, stride_kh, stride_vb, stride_vs, stride_vh,
-                  stride_gt, stride_gh, stride_gd, stride_ot, stride_oh, num_splits,
-                  G, G_PAD, D, BLOCK_D, BLOCK_N, PAGE, SINGLE, FUSED_REDUCE, MERGE_CHUNK, HAS_GATE,
-                  DOT_PREC)  # fmt: skip
 
 
 @triton.jit
@@ -421,97 +353,51 @@ def paged_decode(
     partitions instead of a reduce launch. Its ticket counters (kernels/tickets.py) grow only outside CUDA-graph
     capture: run each batch size (with the capture's split count) eagerly first, as the engine does.
     """
-    plan = DecodePlan.make(q, k_cache, seq_lens, block_tables, gate, max_seq_len, out, num_splits, waves,
-                           fused_reduce)  # fmt: skip
-    if plan.num_seqs == 0:
-        return plan.out
-    _paged_decode_split_kernel[plan.grid](
-        q, k_cache, v_cache, block_tables, seq_lens, cu_seqlens_q, plan.gate, plan.out, plan.part_o,
-        plan.part_lse, plan.counters,
+    num_tokens, num_heads, head_dim = q.shape
+    num_seqs = seq_lens.shape[0]
+    page, num_kv_heads = k_cache.shape[1], k_cache.shape[2]
+    group = num_heads // num_kv_heads
+    if out is None:
+        out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
+    if num_seqs == 0:
+        return out
+    max_ctx = max_seq_len if max_seq_len is not None else block_tables.shape[1] * page
+    splits = num_splits or choose_num_splits(num_seqs, num_kv_heads, max_ctx, q.device, waves)
+    block_d = max(16, triton.next_power_of_2(head_dim))
+    g_pad = max(16, triton.next_power_of_2(group))
+    dot_prec = "ieee" if q.dtype == torch.float32 else "tf32"
+    sg = gate_strides(gate, num_heads, head_dim)
+    gate_arg = gate if gate is not None else q
+    fused = fused_reduce and splits > 1
+    if splits == 1:
+        part_o = part_lse = out  # unused
+    else:
+        part_o = torch.empty((num_seqs, num_heads, splits, head_dim), dtype=torch.float32, device=q.device)
+        part_lse = torch.empty((num_seqs, num_heads, splits), dtype=torch.float32, device=q.device)
+    # [N * Hkv] int32, one per (sequence, KV head); unfused, any int32 tensor (unused)
+    counters = ticket_counters("paged_decode", q.device, num_seqs * num_kv_heads) if fused else seq_lens
+    _paged_decode_split_kernel[(num_seqs, num_kv_heads, splits)](
+        q, k_cache, v_cache, block_tables, seq_lens, cu_seqlens_q, gate_arg, out, part_o, part_lse, counters,
         scale * LOG2E,
         q.stride(0), q.stride(1),
         k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
         v_cache.stride(0), v_cache.stride(1), v_cache.stride(2),
         block_tables.stride(0),
-        *plan.gate_strides,
-        plan.out.stride(0), plan.out.stride(1), plan.splits,
-        **plan.constexprs(block_n), HAS_GATE=gate is not None,
+        *sg,
+        out.stride(0), out.stride(1), splits,
+        G=group, G_PAD=g_pad, D=head_dim, BLOCK_D=block_d, BLOCK_N=block_n, PAGE=page,
+        SINGLE=splits == 1, FUSED_REDUCE=fused, MERGE_CHUNK=MERGE_CHUNK,
+        HAS_GATE=gate is not None, DOT_PREC=dot_prec,
         num_warps=num_warps, num_stages=num_stages, **launch_options(q),
     )  # fmt: skip
-    plan.reduce(seq_lens, cu_seqlens_q, block_n)
-    return plan.out
-
-
-@dataclass(frozen=True)
-class DecodePlan:
-    """What one decode-attention launch (split kernel, then the reduce unless fused) shares between its
-    kernels: the grid, the output, the partial buffers and the launch constants."""
-
-    num_seqs: int
-    num_heads: int
-    head_dim: int
-    group: int  # query heads per KV head
-    page: int  # cache block size (tokens)
-    splits: int  # partitions per (sequence, KV head)
-    fused: bool  # the split kernel's last program merges (no reduce launch)
-    out: torch.Tensor  # [N, Hq, D]
-    gate: torch.Tensor  # the gate, or any tensor without one (unused)
-    gate_strides: tuple[int, int, int]  # (token, head, dim), zeros without a gate
-    has_gate: bool
-    part_o: torch.Tensor  # [N, Hq, S, D] fp32 partial outputs (``out`` when S == 1: unused)
-    part_lse: torch.Tensor  # [N, Hq, S] fp32 log2-sum-exp
-    counters: torch.Tensor  # [N * Hkv] int32 tickets when fused (else any int32 tensor, unused)
-    dot_prec: str  # tl.dot's input precision: exact for fp32 inputs
-
-    @staticmethod
-    def make(q, k_cache, seq_lens, block_tables, gate, max_seq_len, out, num_splits, waves, fused_reduce):
-        """The plan of ``paged_decode``'s arguments (q [N, Hq, D]; the rest as there)."""
-        num_seqs = seq_lens.shape[0]
-        num_heads, head_dim = q.shape[1], q.shape[2]
-        page, num_kv_heads = k_cache.shape[1], k_cache.shape[2]
-        if out is None:
-            out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
-        max_ctx = max_seq_len if max_seq_len is not None else block_tables.shape[1] * page
-        splits = num_splits or choose_num_splits(num_seqs, num_kv_heads, max_ctx, q.device, waves)
-        fused = fused_reduce and splits > 1
-        if splits == 1:
-            part_o = part_lse = out
-        else:
-            part_o = torch.empty(
-                (num_seqs, num_heads, splits, head_dim), dtype=torch.float32, device=q.device
-            )
-            part_lse = torch.empty((num_seqs, num_heads, splits), dtype=torch.float32, device=q.device)
-        counters = ticket_counters("paged_decode", q.device, num_seqs * num_kv_heads) if fused else seq_lens
-        return DecodePlan(
-            num_seqs, num_heads, head_dim, num_heads // num_kv_heads, page, splits, fused, out,
-            gate if gate is not None else q, gate_strides(gate, num_heads, head_dim), gate is not None,
-            part_o, part_lse, counters, "ieee" if q.dtype == torch.float32 else "tf32",
+    if splits > 1 and not fused:
+        s_pad = triton.next_power_of_2(splits)
+        _paged_decode_reduce_kernel[(num_seqs, num_heads)](
+            part_o, part_lse, seq_lens, cu_seqlens_q, gate_arg, out,
+            *sg,
+            out.stride(0), out.stride(1), splits,
+            D=head_dim, BLOCK_D=block_d, BLOCK_N=block_n, S_PAD=s_pad,
+            HAS_GATE=gate is not None,
+            num_warps=4 if s_pad * block_d <= 4096 else 8, **launch_options(q),
         )  # fmt: skip
-
-    @property
-    def grid(self) -> tuple[int, int, int]:
-        return (self.num_seqs, self.num_heads // self.group, self.splits)
-
-    def constexprs(self, block_n: int) -> dict:
-        """The split kernels' tile constants (HAS_GATE aside)."""
-        return dict(
-            G=self.group, G_PAD=max(16, triton.next_power_of_2(self.group)), D=self.head_dim,
-            BLOCK_D=max(16, triton.next_power_of_2(self.head_dim)), BLOCK_N=block_n, PAGE=self.page,
-            SINGLE=self.splits == 1, FUSED_REDUCE=self.fused, MERGE_CHUNK=MERGE_CHUNK,
-            DOT_PREC=self.dot_prec,
-        )  # fmt: skip
-
-    def reduce(self, seq_lens: torch.Tensor, cu_seqlens_q: torch.Tensor, block_n: int) -> None:
-        """The reduce launch (none with one partition or the fused merge)."""
-        if self.splits == 1 or self.fused:
-            return
-        s_pad = triton.next_power_of_2(self.splits)
-        block_d = max(16, triton.next_power_of_2(self.head_dim))
-        _paged_decode_reduce_kernel[(self.num_seqs, self.num_heads)](
-            self.part_o, self.part_lse, seq_lens, cu_seqlens_q, self.gate, self.out,
-            *self.gate_strides,
-            self.out.stride(0), self.out.stride(1), self.splits,
-            D=self.head_dim, BLOCK_D=block_d, BLOCK_N=block_n, S_PAD=s_pad,
-            HAS_GATE=self.has_gate,
-            num_warps=4 if s_pad * block_d <= 4096 else 8, **launch_options(self.out),
-        )  # fmt: skip
+    return out

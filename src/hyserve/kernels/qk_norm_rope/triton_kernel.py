@@ -59,44 +59,6 @@ def _token_tables(
 
 
 @triton.jit
-def _norm_rope_tile(
-    x_row,
-    stride_xh,
-    num_h,
-    w,
-    wp,
-    partner,
-    cos,
-    sin,
-    eps,
-    dtype: tl.constexpr,
-    D: tl.constexpr,
-    BLOCK_H: tl.constexpr,
-    BLOCK_D: tl.constexpr,
-    ROT: tl.constexpr,
-):
-    """Norm + rotary of one token's first ``num_h`` heads (rows past them are 0), read from ``x_row`` (the
-    token's head 0; head stride ``stride_xh``, unit dim stride) -> [BLOCK_H, BLOCK_D] in ``dtype``; w, wp:
-    [BLOCK_D] ``1 + weight`` at each column and at its rotation ``partner`` column."""
-    HALF: tl.constexpr = ROT // 2
-    offs_h = tl.arange(0, BLOCK_H)
-    cols = tl.arange(0, BLOCK_D)
-    mask = (offs_h < num_h)[:, None] & (cols < D)[None, :]
-    base = x_row + offs_h[:, None] * stride_xh
-    x = tl.load(base + cols[None, :], mask=mask, other=0.0).to(tl.float32)
-    rstd = 1.0 / tl.sqrt(tl.sum(x * x, 1) / D + eps)
-    y = (x * rstd[:, None] * w[None, :]).to(dtype).to(tl.float32)
-    in_rot = cols < ROT
-    first = cols < HALF  # the first half's partner is subtracted, the second half's added
-    xp = tl.load(base + partner[None, :], mask=mask & in_rot[None, :], other=0.0).to(tl.float32)
-    yp = (xp * rstd[:, None] * wp[None, :]).to(dtype).to(tl.float32)
-    y = tl.where(
-        in_rot[None, :], y * cos[None, :] + tl.where(first, -1.0, 1.0)[None, :] * yp * sin[None, :], y
-    )
-    return y.to(dtype)
-
-
-@triton.jit
 def _norm_rope_heads(
     x_row,
     stride_xh,
@@ -114,28 +76,28 @@ def _norm_rope_heads(
     BLOCK_D: tl.constexpr,
     ROT: tl.constexpr,
 ):
-    """``_norm_rope_tile`` written to ``out_row`` (the token's head 0, head stride ``stride_oh``), masked to
-    the first ``num_h`` heads."""
-    y = _norm_rope_tile(
-        x_row,
-        stride_xh,
-        num_h,
-        w,
-        wp,
-        partner,
-        cos,
-        sin,
-        eps,
-        out_row.dtype.element_ty,
-        D,
-        BLOCK_H,
-        BLOCK_D,
-        ROT,
-    )
+    """Norm + rotary of one token's first ``num_h`` heads (fewer than the tile: masked loads and stores),
+    read from ``x_row`` and written to ``out_row`` (each pointing at the token's head 0; head strides
+    ``stride_xh``, ``stride_oh``, unit dim stride); w, wp: [BLOCK_D] ``1 + weight`` at each column and at its
+    rotation ``partner`` column."""
+    HALF: tl.constexpr = ROT // 2
     offs_h = tl.arange(0, BLOCK_H)
     cols = tl.arange(0, BLOCK_D)
-    mask = (offs_h < num_h)[:, None] & (cols < D)[None, :]
-    tl.store(out_row + offs_h[:, None] * stride_oh + cols[None, :], y, mask=mask)
+    col_ok = cols < D
+    mask = (offs_h < num_h)[:, None] & col_ok[None, :]
+    base = x_row + offs_h[:, None] * stride_xh
+    x = tl.load(base + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+    rstd = 1.0 / tl.sqrt(tl.sum(x * x, 1) / D + eps)
+    dtype = out_row.dtype.element_ty
+    y = (x * rstd[:, None] * w[None, :]).to(dtype).to(tl.float32)
+    in_rot = cols < ROT
+    first = cols < HALF  # the first half's partner is subtracted, the second half's added
+    xp = tl.load(base + partner[None, :], mask=mask & in_rot[None, :], other=0.0).to(tl.float32)
+    yp = (xp * rstd[:, None] * wp[None, :]).to(dtype).to(tl.float32)
+    y = tl.where(
+        in_rot[None, :], y * cos[None, :] + tl.where(first, -1.0, 1.0)[None, :] * yp * sin[None, :], y
+    )
+    tl.store(out_row + offs_h[:, None] * stride_oh + cols[None, :], y.to(dtype), mask=mask)
 
 
 @triton.jit
