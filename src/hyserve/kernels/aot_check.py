@@ -62,8 +62,8 @@ def main() -> None:
     out_plan = _plans()["2048x4096"]
     route_types = {"a_ptr": BF, "w_ptr": BF, "h_ptr": BF, "part_ptr": BF, "nw_ptr": BF, "ss_ptr": F32,
                    "raw_ptr": F32, "counter_ptr": I32, "ids_ptr": I32, "wts_ptr": F32, "xn_ptr": BF, "eps": "fp32"}  # fmt: skip
-    build(routed._project_route_kernel, route_types, dict(BLOCK_N=2, BLOCK_K=out_plan["BLOCK_K"],
-          BCAST_X=bool(out_plan.get("BCAST_X")), HP=2048, SP=1024, CHUNK=routed.CHUNK, EP=256, TOP_K=8, KP=8,
+    build(routed._project_route_kernel, route_types, dict(BLOCK_N=out_plan["BLOCK_N"], BLOCK_K=out_plan["BLOCK_K"],
+          BCAST_X=bool(out_plan.get("BCAST_X")), HP=2048, SP=2048 // out_plan["BLOCK_N"], EP=256, TOP_K=8, KP=8,
           ROUND=1, USE_PDL=True), out_plan.get("num_warps", 4), 1, label="routed out-projection")  # fmt: skip
     plan = get_plan(1, 256, 2048, 512, 8, torch.bfloat16)
     router_types = {"x_ptr": BF, "nw_ptr": BF, "xn_ptr": BF, "eps": "fp32", "gw_ptr": BF, "scratch_ptr": F32,

@@ -125,7 +125,7 @@ def test_project_out_route(case):
     assert torch.equal(ids, ref_ids)
     assert _rel(w, ref_w) < TOL[dtype]
     assert not xn.isnan().any() and _rel(xn, ref_xn) < TOL[dtype]
-    assert not ticket_counters("routed projection", lay.a.device, 1).any()  # every level back at 0
+    assert not ticket_counters("routed projection", lay.a.device, 1).any()
     again = project_out_route_triton(lay.a, lay.w_o_ext, lay.h0.clone(), partial, lay.g, 1e-6, top_k, p_out)
     assert all(torch.equal(x, y) for x, y in zip(again, (ids, w, xn)))
 

@@ -5,8 +5,7 @@ the full K = Hv as the GEMV does (``linear/triton_kernel._gemv_tile``, the same 
 A program of W_o's rows adds the residual h0 in fp32, writes h1 (one cast, in place) and the sum of squares of
 its rows of bf16 h1 to ``ss [H / BLOCK_N]``; a program of M's rows adds ``W_r' h0`` (the in-projection's last
 columns) and writes the raw logits fp32 to ``raw [E]``. Then every program takes a ticket (acq_rel, after a CTA
-barrier: the last-block reduction of ``moe/router.py``, over two levels: GROUP programs a counter, the groups'
-last programs on the top one), and the last one sums ``ss`` in a fixed order (the
+barrier: the last-block reduction of ``moe/router.py``), and the last one sums ``ss`` in a fixed order (the
 result does not depend on which program finishes last), scales the logits by rstd, rounds them through the
 model dtype (the router's F.linear does), takes the softmax top-k (``moe/routing.subrow_softmax_topk``, the
 function the router's last program runs), and writes the ids, the weights and xn = rms_norm(h1) for the expert
@@ -24,12 +23,6 @@ from hyserve.kernels.linear.triton_kernel import _gemv_tile
 from hyserve.kernels.moe.routing import ROW_SPLIT, round_code, row_logits, subrow_softmax_topk
 from hyserve.kernels.pdl import launch_options, wait_for_previous
 from hyserve.kernels.tickets import ticket_counters
-
-GROUP = 64  # programs a first-level ticket counter serves
-LINE = 32  # int32 counters a 128-byte line: one counter a line
-CHUNK = (
-    512  # the last program's xn a chunk at a time (registers: its tail sets the kernel's, so its occupancy)
-)
 
 
 @triton.jit
@@ -54,13 +47,10 @@ def _project_route_kernel(
     BCAST_X: tl.constexpr,
     HP: tl.constexpr,
     SP: tl.constexpr,
-    CHUNK: tl.constexpr,
     EP: tl.constexpr,
     TOP_K: tl.constexpr,
     KP: tl.constexpr,
     ROUND: tl.constexpr,
-    GROUP: tl.constexpr,
-    LINE: tl.constexpr,
     USE_PDL: tl.constexpr,
 ):
     pid = tl.program_id(0)
@@ -95,19 +85,9 @@ def _project_route_kernel(
         yf = yb.to(tl.float32)
         tl.store(ss_ptr + pid, tl.sum(yf * yf, axis=0))
     tl.debug_barrier()  # every store of this program before its release
-    # two-level tickets: ~2300 acq_rel atomics on one counter serialise (~7 us a launch measured); a group's
-    # counter (its own 128-byte line) takes GROUP of them, and the group's last program one on the top counter
-    nprog = tl.num_programs(0)
-    group = pid // GROUP
-    n_groups = tl.cdiv(nprog, GROUP)
-    in_group = tl.minimum(GROUP, nprog - group * GROUP)
-    gticket = tl.atomic_add(counter_ptr + (group + 1) * LINE, 1, sem="acq_rel", scope="gpu")
-    last = gticket < 0  # (a tensor: the if below redefines it)
-    if gticket == in_group - 1:
-        tl.store(counter_ptr + (group + 1) * LINE, 0)  # every ticket of the group is drawn
-        last = tl.atomic_add(counter_ptr, 1, sem="acq_rel", scope="gpu") == n_groups - 1
-    if last:
-        sp = tl.arange(0, SP)  # one load, summed in a fixed order: the same result whichever program is last
+    ticket = tl.atomic_add(counter_ptr, 1, sem="acq_rel", scope="gpu")
+    if ticket == tl.num_programs(0) - 1:
+        sp = tl.arange(0, SP)
         part_ss = tl.load(ss_ptr + sp, mask=sp < n_main, other=0.0, cache_modifier=".cg")
         rstd = 1.0 / tl.sqrt(tl.sum(part_ss, axis=0) / H + eps)
         logits, cols = row_logits(raw_ptr, E, EP, ROW_SPLIT)
@@ -116,11 +96,10 @@ def _project_route_kernel(
         kc = tl.arange(0, KP)
         tl.store(ids_ptr + kc, ids, mask=kc < TOP_K)
         tl.store(wts_ptr + kc, wts, mask=kc < TOP_K)
-        for h0 in tl.static_range(0, HP, CHUNK):  # unrolled: the chunks' loads in flight together
-            hh = h0 + tl.arange(0, CHUNK)
-            h1 = tl.load(h_ptr + hh, mask=hh < H, other=0.0, cache_modifier=".cg").to(tl.float32)
-            nw = tl.load(nw_ptr + hh, mask=hh < H, other=0.0).to(tl.float32)
-            tl.store(xn_ptr + hh, (h1 * rstd * (1.0 + nw)).to(xn_ptr.dtype.element_ty), mask=hh < H)
+        hh = tl.arange(0, HP)
+        h1 = tl.load(h_ptr + hh, mask=hh < H, other=0.0, cache_modifier=".cg").to(tl.float32)
+        nw = tl.load(nw_ptr + hh, mask=hh < H, other=0.0).to(tl.float32)
+        tl.store(xn_ptr + hh, (h1 * rstd * (1.0 + nw)).to(xn_ptr.dtype.element_ty), mask=hh < H)
         tl.store(counter_ptr, 0)
 
 
@@ -148,24 +127,18 @@ def project_out_route_triton(
     if a.stride(1) != 1 or weight.stride(1) != 1 or not residual.is_contiguous() or partial.stride(1) != 1:
         raise ValueError("project_out_route_triton needs unit column strides and a contiguous residual")
     dev = a.device
-    import os
-
-    cfg = dict(cfg, BLOCK_N=int(os.environ.get("HYSERVE_ROUTE_BLOCK_N", cfg["BLOCK_N"])))
     n_main = H // cfg["BLOCK_N"]
     ids = torch.empty((1, top_k), dtype=torch.int32, device=dev)
     wts = torch.empty((1, top_k), dtype=torch.float32, device=dev)
     xn = torch.empty((1, H), dtype=a.dtype, device=dev)
     ss = torch.empty((n_main,), dtype=torch.float32, device=dev)
     raw = torch.empty((triton.next_power_of_2(E),), dtype=torch.float32, device=dev)
-    grid = n_main + E // cfg["BLOCK_N"]
-    counters = ticket_counters("routed projection", dev, (1 + triton.cdiv(grid, GROUP)) * LINE)
-    _project_route_kernel[(grid,)](
-        a, weight, residual, partial, norm_weight, ss, raw, counters,
+    _project_route_kernel[(n_main + E // cfg["BLOCK_N"],)](
+        a, weight, residual, partial, norm_weight, ss, raw, ticket_counters("routed projection", dev, 1),
         ids, wts, xn, norm_eps, H, K, E,
         BLOCK_N=cfg["BLOCK_N"], BLOCK_K=cfg["BLOCK_K"], BCAST_X=bool(cfg.get("BCAST_X", False)),
-        HP=triton.next_power_of_2(H), SP=triton.next_power_of_2(n_main), CHUNK=min(CHUNK, triton.next_power_of_2(H)),
-        EP=triton.next_power_of_2(E),
-        TOP_K=top_k, KP=triton.next_power_of_2(top_k), ROUND=round_code(a.dtype), GROUP=GROUP, LINE=LINE,
+        HP=triton.next_power_of_2(H), SP=triton.next_power_of_2(n_main), EP=triton.next_power_of_2(E),
+        TOP_K=top_k, KP=triton.next_power_of_2(top_k), ROUND=round_code(a.dtype),
         num_warps=cfg.get("num_warps", 4), **launch_options(a),
     )  # fmt: skip
     return ids, wts, xn
