@@ -33,20 +33,14 @@ def fused_moe_reference(
     norm_weight: torch.Tensor | None = None,
     norm_eps: float = 0.0,
     residual: torch.Tensor | None = None,
-    routing: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None,
 ) -> torch.Tensor:
     """x: [T, H] -> [T, H]. Each expert runs on the tokens routed to it (in x's dtype); the weighted
     sum over experts accumulates in fp32. With ``norm_weight`` the block's input is
     ``rms_norm_reference(x, norm_weight, norm_eps)`` (the decoder layer's pre-norm); with ``residual``
-    ([T, H]) the output is added to it in place (in its dtype) and the residual is returned. ``routing``
-    (topk_ids [T, k], topk_weights [T, k], xn [T, H]) replaces the norm and the router (x then unused)."""
-    if routing is not None:
-        ids, weights, x = routing
-        ids, weights = ids.long(), weights.to(x.dtype)
-    else:
-        if norm_weight is not None:
-            x = rms_norm_reference(x, norm_weight, norm_eps)
-        weights, ids = route_reference(x, gate_weight, top_k)
+    ([T, H]) the output is added to it in place (in its dtype) and the residual is returned."""
+    if norm_weight is not None:
+        x = rms_norm_reference(x, norm_weight, norm_eps)
+    weights, ids = route_reference(x, gate_weight, top_k)
     out = torch.zeros(x.shape, dtype=torch.float32, device=x.device)
     for expert in ids.unique().tolist():
         token, slot = torch.where(ids == expert)

@@ -60,14 +60,10 @@ def fused_moe_triton(
     norm_weight: torch.Tensor | None = None,
     norm_eps: float = 0.0,
     residual: torch.Tensor | None = None,
-    routing: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None,
 ) -> torch.Tensor:
     """x [T, H] -> [T, H] in x's dtype. ``plan`` overrides the tile plan (tests, tuning). With
     ``norm_weight`` the block's input is ``rms_norm(x)`` (inside the fused router where the plan takes it);
-    with ``residual`` [T, H] (contiguous) the output is added to it in the down kernel and it is returned.
-    ``routing`` (topk_ids [T, k] int32, topk_weights [T, k] fp32, xn [T, H]): taken already
-    (``kernels/routed_projection``), so no router runs and xn, the normed x, is the experts' input; the plan
-    must take the pairs path (T <= 4)."""
+    with ``residual`` [T, H] (contiguous) the output is added to it in the down kernel and it is returned."""
     T, H = x.shape
     E, two_i, _ = w_gate_up.shape
     inter = two_i // 2
@@ -110,19 +106,12 @@ def fused_moe_triton(
     target = out if direct else None
     add_out = residual is not None and direct
     fused_router = plan.get("fused_router") and small_routing(T, E, top_k) and not force_large_routing
-    if routing is not None:
-        if plan["down_mode"] != "pairs":
-            raise ValueError(f"a given routing needs the pairs path (T <= 4), got T={T}")
-        ids, weights, x = routing
-        norm_weight = None
     if norm_weight is not None and not (fused_router and plan["down_mode"] == "pairs"):
         x = rms_norm(x, norm_weight, norm_eps)
         norm_weight = None
     if plan["down_mode"] == "pairs":
         logits, kw = None, {}
-        if routing is not None:
-            pass  # ids, weights and x (normed) as given
-        elif fused_router and plan.get("topk_in_experts"):  # the expert kernels take the top-k themselves
+        if fused_router and plan.get("topk_in_experts"):  # the expert kernels take the top-k themselves
             logits, xn = router_logits_fused(
                 x, gate_weight, top_k, plan.get("router_be"), norm_weight, norm_eps
             )
