@@ -76,13 +76,14 @@ def _gate_up_tma(desc, row_g, row_u, acc_g, acc_u, ss, x_row, nw_ptr, kk, H, BLO
 
 @triton.jit
 def _topk_weight(
-    raw, j, rstd, K_TOP: tl.constexpr, KP: tl.constexpr, ROUND: tl.constexpr, dtype: tl.constexpr
+    raw_ptr, tok, j, rstd, K_TOP: tl.constexpr, KP: tl.constexpr, ROUND: tl.constexpr, dtype: tl.constexpr
 ):
-    """The routing weight of slot j from the token's top-k raw router logits ``raw [KP]`` fp32
+    """The routing weight of slot j of token ``tok`` from its top-k raw router logits ``raw [T, K_TOP]`` fp32
     (``kernels/routed_projection``: the logits before the norm's rstd): the logits scaled and rounded through
     the model dtype as the router's F.linear output is, their softmax (the renormalised top-k of the softmax
     over all experts), rounded like the router's weights (ROUND)."""
     kc = tl.arange(0, KP)
+    raw = tl.load(raw_ptr + tok * K_TOP + kc, mask=kc < K_TOP, other=0.0)
     logit = tl.where(kc < K_TOP, (raw * rstd).to(dtype).to(tl.float32), float("-inf"))
     p = tl.exp(logit - tl.max(logit, axis=0))
     w = _normalise_weights(p, 0, ROUND)
@@ -152,12 +153,6 @@ def _gate_up_pairs_kernel(
     else:
         e = tl.load(ids_ptr + pc).to(tl.int64)
         wrow = tl.load(topk_w_ptr + pc)  # NORM_X: unused (the weight comes from the raw logits at the end)
-    raw_k = tl.zeros((KP,), dtype=tl.float32)
-    if (
-        NORM_X
-    ):  # the token's top-k raw logits, loaded with the id (their softmax needs rstd, known at the end)
-        kt = tl.arange(0, KP)
-        raw_k = tl.load(topk_w_ptr + tok * K_TOP + kt, mask=kt < K_TOP, other=0.0)
     wbase = tl.where(is_shared, sw_ptr, w_ptr + e * stride_we)
     stride_n = tl.where(is_shared, stride_sn, stride_wn)
 
@@ -214,7 +209,7 @@ def _gate_up_pairs_kernel(
         g = g * rstd
         u = u * rstd
         if not is_shared:  # the pair's weight: softmax over its token's top-k logits, scaled by rstd now
-            wrow = _topk_weight(raw_k, pc % K_TOP, rstd, K_TOP, KP, ROUND, x_ptr.dtype.element_ty)
+            wrow = _topk_weight(topk_w_ptr, tok, pc % K_TOP, rstd, K_TOP, KP, ROUND, x_ptr.dtype.element_ty)
 
     if HAS_SHARED_GATE:
         if is_shared:
