@@ -32,62 +32,36 @@ import triton.language as tl
 
 from hyserve.kernels import pdl, tma
 from hyserve.kernels.l2_prefetch import prefetch_l2, prefetch_parts
-from hyserve.kernels.moe.routing import _normalise_weights, round_code, token_topk
+from hyserve.kernels.moe.routing import round_code, token_topk
 from hyserve.kernels.moe.workspace import empty, launch
 from hyserve.kernels.pdl import wait_for_previous
 
 
 @triton.jit
-def _gate_up_tile(
-    acc_g, acc_u, ss, wg, wu, x_row, nw_ptr, k, km, REDUCE_EACH: tl.constexpr, NORM_X: tl.constexpr
-):
+def _gate_up_tile(acc_g, acc_u, wg, wu, x_row, k, km, REDUCE_EACH: tl.constexpr):
     """acc += the [BLOCK_I, BLOCK_K] gate and up tiles times x[k]: kept [BLOCK_I, BLOCK_K] wide and reduced
-    once at the end, or (REDUCE_EACH) reduced over k every tile into [BLOCK_I, 1] (fewer registers). NORM_X: x
-    is the block's input before its pre-norm: ss [BLOCK_K] += x[k]^2 and x[k] is multiplied by 1 + nw[k] (the
-    caller applies rstd at the end, as the GEMV's fused norm does)."""
-    xk = tl.load(x_row + k, mask=km, other=0.0).to(tl.float32)
-    if NORM_X:
-        ss += xk * xk
-        xk = xk * (1.0 + tl.load(nw_ptr + k, mask=km, other=0.0).to(tl.float32))
-    xk = xk[None, :]
+    once at the end, or (REDUCE_EACH) reduced over k every tile into [BLOCK_I, 1] (fewer registers)."""
+    xk = tl.load(x_row + k, mask=km, other=0.0).to(tl.float32)[None, :]
     if REDUCE_EACH:
         acc_g += tl.sum(wg.to(tl.float32) * xk, axis=1, keep_dims=True)
         acc_u += tl.sum(wu.to(tl.float32) * xk, axis=1, keep_dims=True)
     else:
         acc_g += wg.to(tl.float32) * xk
         acc_u += wu.to(tl.float32) * xk
-    return acc_g, acc_u, ss
+    return acc_g, acc_u
 
 
 @triton.jit
-def _gate_up_tma(desc, row_g, row_u, acc_g, acc_u, ss, x_row, nw_ptr, kk, H, BLOCK_K: tl.constexpr,
-                 REDUCE_EACH: tl.constexpr, NORM_X: tl.constexpr, STAGES: tl.constexpr):  # fmt: skip
+def _gate_up_tma(desc, row_g, row_u, acc_g, acc_u, x_row, kk, H, BLOCK_K: tl.constexpr, REDUCE_EACH: tl.constexpr,
+                 STAGES: tl.constexpr):  # fmt: skip
     """acc += the gate rows [row_g, +BLOCK_I) and up rows [row_u, +BLOCK_I) of the descriptor's matrix times x,
     over K = H, the tile copies pipelined STAGES-1 deep."""
     for k0 in tl.range(0, H, BLOCK_K, num_stages=STAGES):
         k = k0 + kk
         wg = desc.load([row_g, k0])
         wu = desc.load([row_u, k0])
-        acc_g, acc_u, ss = _gate_up_tile(
-            acc_g, acc_u, ss, wg, wu, x_row, nw_ptr, k, k < H, REDUCE_EACH, NORM_X
-        )
-    return acc_g, acc_u, ss
-
-
-@triton.jit
-def _topk_weight(
-    raw_ptr, tok, j, rstd, K_TOP: tl.constexpr, KP: tl.constexpr, ROUND: tl.constexpr, dtype: tl.constexpr
-):
-    """The routing weight of slot j of token ``tok`` from its top-k raw router logits ``raw [T, K_TOP]`` fp32
-    (``kernels/routed_projection``: the logits before the norm's rstd): the logits scaled and rounded through
-    the model dtype as the router's F.linear output is, their softmax (the renormalised top-k of the softmax
-    over all experts), rounded like the router's weights (ROUND)."""
-    kc = tl.arange(0, KP)
-    raw = tl.load(raw_ptr + tok * K_TOP + kc, mask=kc < K_TOP, other=0.0)
-    logit = tl.where(kc < K_TOP, (raw * rstd).to(dtype).to(tl.float32), float("-inf"))
-    p = tl.exp(logit - tl.max(logit, axis=0))
-    w = _normalise_weights(p, 0, ROUND)
-    return tl.sum(tl.where(kc == j, w, 0.0), axis=0)
+        acc_g, acc_u = _gate_up_tile(acc_g, acc_u, wg, wu, x_row, k, k < H, REDUCE_EACH)
+    return acc_g, acc_u
 
 
 @triton.jit(do_not_specialize=["P0"])
@@ -101,8 +75,6 @@ def _gate_up_pairs_kernel(
     ids_ptr,
     topk_w_ptr,
     h_ptr,
-    nw_ptr,
-    eps,
     T,
     H,
     I,
@@ -126,10 +98,9 @@ def _gate_up_pairs_kernel(
     ROUND: tl.constexpr,
     TMA: tl.constexpr,
     L2PF: tl.constexpr,
-    NORM_X: tl.constexpr,
     USE_PDL: tl.constexpr,
 ):
-    """Pair p = P0 + program_id(1). REDUCE_EACH, PREFETCH, LATE_WAIT, TMA, L2PF, NORM_X: see ``gate_up_pairs``
+    """Pair p = P0 + program_id(1). REDUCE_EACH, PREFETCH, LATE_WAIT, TMA, L2PF: see ``gate_up_pairs``
     (w_desc, sw_desc: the routed experts' [E*2I, H] and the shared expert's [2I, H] descriptors; sw_bytes: the
     shared expert's weight size, the L2PF range). FROM_LOGITS: ``ids_ptr`` is the router's logits [*, EP] fp32
     and the pair's expert and weight come from its token's top-k (``topk_w_ptr`` unused)."""
@@ -152,7 +123,7 @@ def _gate_up_pairs_kernel(
         wrow = tl.sum(tl.where(kc == pc % K_TOP, tw, 0.0), axis=0)
     else:
         e = tl.load(ids_ptr + pc).to(tl.int64)
-        wrow = tl.load(topk_w_ptr + pc)  # NORM_X: unused (the weight comes from the raw logits at the end)
+        wrow = tl.load(topk_w_ptr + pc)
     wbase = tl.where(is_shared, sw_ptr, w_ptr + e * stride_we)
     stride_n = tl.where(is_shared, stride_sn, stride_wn)
 
@@ -164,15 +135,14 @@ def _gate_up_pairs_kernel(
     u_rows = wbase + (ii + I).to(tl.int64)[:, None] * stride_n
     acc_g = tl.zeros((BLOCK_I, 1 if REDUCE_EACH else BLOCK_K), dtype=tl.float32)
     acc_u = tl.zeros((BLOCK_I, 1 if REDUCE_EACH else BLOCK_K), dtype=tl.float32)
-    ss = tl.zeros((BLOCK_K,), dtype=tl.float32)  # NORM_X: x's sum of squares
     if TMA:  # rows past the slice's end read other rows (or zeros): their results are never stored
         if is_shared:
-            acc_g, acc_u, ss = _gate_up_tma(sw_desc, n * BLOCK_I, I + n * BLOCK_I, acc_g, acc_u, ss, x_row, nw_ptr,
-                                            kk, H, BLOCK_K, REDUCE_EACH, NORM_X, TMA)  # fmt: skip
+            acc_g, acc_u = _gate_up_tma(sw_desc, n * BLOCK_I, I + n * BLOCK_I, acc_g, acc_u, x_row, kk, H,
+                                        BLOCK_K, REDUCE_EACH, TMA)  # fmt: skip
         else:
             row = e.to(tl.int32) * (2 * I) + n * BLOCK_I
-            acc_g, acc_u, ss = _gate_up_tma(w_desc, row, row + I, acc_g, acc_u, ss, x_row, nw_ptr, kk, H, BLOCK_K,
-                                            REDUCE_EACH, NORM_X, TMA)  # fmt: skip
+            acc_g, acc_u = _gate_up_tma(w_desc, row, row + I, acc_g, acc_u, x_row, kk, H, BLOCK_K, REDUCE_EACH,
+                                        TMA)  # fmt: skip
     elif PREFETCH:  # the next tiles' loads are issued before this tile's multiply: two tiles in flight
         wm = imask[:, None] & (kk < H)[None, :]
         wg = tl.load(g_rows + kk[None, :], mask=wm, other=0.0)
@@ -183,14 +153,10 @@ def _gate_up_pairs_kernel(
             wg_next = tl.load(g_rows + k[None, :], mask=imask[:, None] & km[None, :], other=0.0)
             wu_next = tl.load(u_rows + k[None, :], mask=imask[:, None] & km[None, :], other=0.0)
             kp = k - BLOCK_K
-            acc_g, acc_u, ss = _gate_up_tile(
-                acc_g, acc_u, ss, wg, wu, x_row, nw_ptr, kp, kp < H, REDUCE_EACH, NORM_X
-            )
+            acc_g, acc_u = _gate_up_tile(acc_g, acc_u, wg, wu, x_row, kp, kp < H, REDUCE_EACH)
             wg, wu = wg_next, wu_next
         kl = ((H - 1) // BLOCK_K) * BLOCK_K + kk
-        acc_g, acc_u, ss = _gate_up_tile(
-            acc_g, acc_u, ss, wg, wu, x_row, nw_ptr, kl, kl < H, REDUCE_EACH, NORM_X
-        )
+        acc_g, acc_u = _gate_up_tile(acc_g, acc_u, wg, wu, x_row, kl, kl < H, REDUCE_EACH)
     else:
         for k0 in range(0, H, BLOCK_K):
             k = k0 + kk
@@ -198,18 +164,9 @@ def _gate_up_pairs_kernel(
             wm = imask[:, None] & km[None, :]
             wg = tl.load(g_rows + k[None, :], mask=wm, other=0.0)
             wu = tl.load(u_rows + k[None, :], mask=wm, other=0.0)
-            acc_g, acc_u, ss = _gate_up_tile(
-                acc_g, acc_u, ss, wg, wu, x_row, nw_ptr, k, km, REDUCE_EACH, NORM_X
-            )
+            acc_g, acc_u = _gate_up_tile(acc_g, acc_u, wg, wu, x_row, k, km, REDUCE_EACH)
     g = tl.sum(acc_g, axis=1)
     u = tl.sum(acc_u, axis=1)
-    rstd = 1.0
-    if NORM_X:  # x's RMS norm from the loads the products used; its weight went in with each tile
-        rstd = 1.0 / tl.sqrt(tl.sum(ss, axis=0) / H + eps)
-        g = g * rstd
-        u = u * rstd
-        if not is_shared:  # the pair's weight: softmax over its token's top-k logits, scaled by rstd now
-            wrow = _topk_weight(topk_w_ptr, tok, pc % K_TOP, rstd, K_TOP, KP, ROUND, x_ptr.dtype.element_ty)
 
     if HAS_SHARED_GATE:
         if is_shared:
@@ -218,10 +175,8 @@ def _gate_up_pairs_kernel(
                 k = k0 + kk
                 km = k < H
                 xk = tl.load(x_row + k, mask=km, other=0.0).to(tl.float32)
-                if NORM_X:
-                    xk = xk * (1.0 + tl.load(nw_ptr + k, mask=km, other=0.0).to(tl.float32))
                 sacc += xk * tl.load(sg_ptr + k, mask=km, other=0.0).to(tl.float32)
-            wrow = 1.0 / (1.0 + tl.exp(-tl.sum(sacc, axis=0) * rstd))
+            wrow = 1.0 / (1.0 + tl.exp(-tl.sum(sacc, axis=0)))
     elif is_shared:
         wrow = 1.0
     h = g / (1.0 + tl.exp(-g)) * u * wrow
@@ -364,15 +319,10 @@ def gate_up_pairs(
     *,
     logits: torch.Tensor | None = None,
     top_k: int | None = None,
-    norm_weight: torch.Tensor | None = None,
-    norm_eps: float = 0.0,
 ) -> torch.Tensor:
     """-> h [T*k + T, I] (rows T*k.. for the shared expert, unused without one). The routing: ``topk_ids`` /
     ``topk_weights`` [T, k], or (both None) the router's ``logits`` [TP, EP] fp32 from
-    ``router.router_logits_fused`` and ``top_k``. With ``norm_weight`` (NORM_X) x is the block's input before
-    its pre-norm, which every program applies itself (rstd from the x loads of its K loop, as the GEMV's fused
-    norm), and ``topk_weights`` holds the top-k raw logits before rstd (``kernels/routed_projection``), whose
-    softmax each program takes at its end. cfg: BLOCK_I, BLOCK_K,
+    ``router.router_logits_fused`` and ``top_k``. cfg: BLOCK_I, BLOCK_K,
     num_warps, and two options (default off; ``moe.bench --pairs`` times them): REDUCE_EACH (reduce the
     products over K every tile instead of once at the end: fewer registers, more programs resident) and
     PREFETCH (load the next tiles before multiplying this one: two tiles in flight a program); TMA (a stage
@@ -392,10 +342,6 @@ def gate_up_pairs(
     E, two_i, _ = w_gate_up.shape
     inter = two_i // 2
     route, k_top = _routing_operands(topk_ids, topk_weights, logits, top_k, E)
-    if norm_weight is not None and (logits is not None or part != "all"):
-        raise ValueError(
-            "gate_up_pairs: norm_weight takes given top-k ids and raw logits, all pairs in one launch"
-        )
     has_shared = shared_gate_up is not None
     if part != "all" and not has_shared:
         raise ValueError("gate_up_pairs: part 'shared' / 'routed' needs a shared expert")
@@ -422,8 +368,6 @@ def gate_up_pairs(
         sg,
         *route,
         h,
-        norm_weight if norm_weight is not None else x,
-        norm_eps,
         T,
         H,
         inter,
@@ -447,7 +391,6 @@ def gate_up_pairs(
         ROUND=round_code(x.dtype),
         TMA=int(cfg["TMA"]) if descs else 0,
         L2PF=prefetch_parts(cfg, pdl.enabled(x)) if has_shared and sw.is_contiguous() else 0,
-        NORM_X=norm_weight is not None,
         num_warps=cfg.get("num_warps", 4),
         num_stages=cfg.get("num_stages", 1),
     )
