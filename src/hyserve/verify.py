@@ -28,6 +28,7 @@ from hyserve.kernels import use_reference
 from hyserve.model.loader import checkpoint_views
 
 log = logging.getLogger(__name__)
+SOLO_DECODE_STEPS = 8  # steps the first prompt decodes alone before the others arrive
 
 # fp32 engines must match the fp32 reference to these absolute bounds.
 FP32_TOLERANCE = {"rel": 1e-4, "kl": 1e-6, "top1": 1.0}
@@ -223,10 +224,14 @@ def compare(
                 if o.finished:
                     generated[o.request_id] = o.outputs[0].token_ids
 
-        # the first prompt prefills alone (an idle server's path, prefill graphs included); the others
-        # arrive together while it decodes (a multi-prompt prefill in a mixed step, then batched decode)
+        # the first prompt prefills alone (an idle server's path, prefill graphs included) and decodes alone for
+        # a few steps (the single-stream decode graph, with the greedy screen on CUDA: the decode benchmark's
+        # path); the others arrive together while it decodes (a multi-prompt prefill in a mixed step, then
+        # batched decode)
         engine.add_request(rid + "0", prompts[0], params)
-        collect(engine.step())
+        for _ in range(1 + SOLO_DECODE_STEPS):
+            if engine.has_unfinished_requests():
+                collect(engine.step())
         for i, p in enumerate(prompts[1:], 1):
             engine.add_request(rid + str(i), p, params)
         while engine.has_unfinished_requests():
