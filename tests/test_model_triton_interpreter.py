@@ -68,3 +68,26 @@ def test_prefill_then_decode_steps_match_transformers(checkpoint, triton_kernels
     assert _rel(got[:20], expected[:20]) < REL_TOL
     for pos in range(20, 24):
         assert _rel(got[pos], expected[pos]) < REL_TOL, pos
+
+
+def test_routed_projections_match_transformers(checkpoint, triton_kernels, monkeypatch):
+    """With the router's rows in the mixers' projections (layers/routed_projection.py), the single-token steps
+    route inside the out-projections (no router launch) and still match transformers; the prefill is untouched."""
+    from hyserve.layers.routed_projection import prepare_routed_projections
+
+    rp = importlib.import_module("hyserve.kernels.routed_projection")
+    rp_triton = importlib.import_module("hyserve.kernels.routed_projection.triton_kernel")
+    monkeypatch.setattr(rp, "gemv_plan", linear_op.gemv_plan)
+    routed = []
+    real = rp_triton.project_out_route_triton
+    monkeypatch.setattr(rp_triton, "project_out_route_triton", lambda *a: routed.append(1) or real(*a))
+    path, ref = checkpoint
+    llm = LLM(str(path), device="cpu", dtype="float32", progress=False, max_model_len=128)
+    assert prepare_routed_projections(llm.engine.model) > 0
+    ids = torch.randint(0, 500, (24,), generator=torch.Generator().manual_seed(4)).tolist()
+    expected = ref(torch.tensor([ids])).logits[0]
+    got = _score(llm, ids, [20, 1, 1, 1, 1])
+    assert len(routed) == 4 * 4  # four single-token steps, four MoE layers
+    assert _rel(got[:20], expected[:20]) < REL_TOL
+    for pos in range(20, 24):
+        assert _rel(got[pos], expected[pos]) < REL_TOL, pos

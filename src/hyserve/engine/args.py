@@ -46,6 +46,13 @@ def add_engine_arguments(parser: argparse.ArgumentParser, model_required: bool =
         "head, then the exact logits of the few rows that can win; same tokens, half the head's bytes)",
     )
     g.add_argument(
+        "--no-routed-projections",
+        dest="routed_projections",
+        action="store_false",
+        help="route one-token steps with the MoE router's own launch (default on CUDA: the router's logits "
+        "computed by the mixer's projections, layers/routed_projection.py)",
+    )
+    g.add_argument(
         "--no-warmup",
         dest="warmup",
         action="store_false",
@@ -74,6 +81,7 @@ def engine_args_from(ns: argparse.Namespace) -> EngineArgs:
         prefill_graph_sizes=_prefill_sizes(ns.prefill_graph_sizes),
         warmup=ns.warmup,
         greedy_screen=ns.greedy_screen,
+        routed_projections=ns.routed_projections,
     )
 
 

@@ -19,6 +19,7 @@ from hyserve.engine.runner import ModelRunner, PendingStep, RunnerOutput, cache_
 from hyserve.engine.sampling_params import SamplingParams
 from hyserve.engine.scheduler import ScheduledSequence, Scheduler, SchedulerConfig, SchedulerOutput
 from hyserve.engine.sequence import Sequence, SequenceStatus
+from hyserve.layers.routed_projection import prepare_routed_projections
 from hyserve.model.loader import build_model
 
 log = logging.getLogger(__name__)
@@ -50,6 +51,9 @@ class EngineArgs:
     # on CUDA with graphs, decode steps of <= 4 greedy requests take the greedy token through an int8 screen
     # of the LM head instead of all its logits (+0.5 GB at 248320 x 2048; kernels/greedy_head)
     greedy_screen: bool = True
+    # on CUDA with graphs, a one-token step routes each MoE layer inside its mixer's projections instead of a
+    # router launch (+3 MB a layer of router rows; layers/routed_projection.py)
+    routed_projections: bool = True
     progress: bool = True
 
     def resolved_device(self) -> torch.device:
@@ -128,6 +132,9 @@ class LLMEngine:
         if self.device.type == "cuda" and args.greedy_screen and not args.enforce_eager:
             nbytes = self.model.lm_head.prepare_greedy_screen()
             log.info("greedy screen of the LM head: %.2f GB", nbytes / 1e9)
+        if self.device.type == "cuda" and args.routed_projections and not args.enforce_eager:
+            nbytes = prepare_routed_projections(self.model)
+            log.info("router rows in the mixers' projections: %.2f GB", nbytes / 1e9)
         self.max_model_len = args.max_model_len or min(self.config.max_position_embeddings, 32768)
         if self.max_model_len > self.config.max_position_embeddings:
             raise ValueError(

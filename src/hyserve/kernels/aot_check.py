@@ -26,6 +26,7 @@ from hyserve.kernels.moe import router, triton_decode, triton_gate_up, triton_pa
 from hyserve.kernels.moe.configs import get_plan
 from hyserve.kernels.qk_norm_rope import triton_kernel as qk_rope
 from hyserve.kernels.rmsnorm import triton_kernel as rmsnorm
+from hyserve.kernels.routed_projection import triton_kernel as routed
 
 I32 = "*i32"
 
@@ -45,14 +46,25 @@ def main() -> None:
             (1, 0, 0, 3),
             (0, 1, 0, 4),
         ]
-        variants = [(*v, 0) for v in variants] + [(1, 0, 0, 0, 1), (0, 1, 0, 0, 1)]
-        for norm, res, red, tma, bx in variants:  # HAS_NORM, HAS_RES, REDUCE_EACH, TMA stages, BCAST_X
+        variants = [(*v, 0, 0) for v in variants] + [
+            (1, 0, 0, 0, 1, 0),
+            (0, 1, 0, 0, 1, 0),
+            (1, 0, 0, 0, 1, 1),
+        ]
+        # HAS_NORM, HAS_RES, REDUCE_EACH, TMA stages, BCAST_X, HAS_RAW (the router's rows, routed_projection)
+        for norm, res, red, tma, bx, raw in variants:
             bk = min(256, plan["BLOCK_K"]) if tma else plan["BLOCK_K"]
             types = dict(gemv_types, w_desc=f"tensordesc<bf16[{plan['BLOCK_N']}, {bk}]>" if tma else BF)
             consts = dict(BLOCK_M=1, BLOCK_N=plan["BLOCK_N"], BLOCK_K=bk, HAS_NORM=norm, HAS_RES=res,
-                          REDUCE_EACH=red, TMA=tma, BCAST_X=bx, USE_PDL=True)  # fmt: skip
+                          REDUCE_EACH=red, TMA=tma, BCAST_X=bx, HAS_RAW=raw, USE_PDL=True)  # fmt: skip
             build(gemv._gemv_kernel, types, consts, plan.get("num_warps", 4), 1,
-                  label=f"gemv {shape} norm={norm} res={res} reduce_each={red} tma={tma} bcast_x={bx}")  # fmt: skip
+                  label=f"gemv {shape} norm={norm} res={res} reduce_each={red} tma={tma} bcast_x={bx} raw={raw}")  # fmt: skip
+    out_plan = _plans()["2048x4096"]
+    route_types = {"a_ptr": BF, "w_ptr": BF, "h_ptr": BF, "part_ptr": BF, "raw_ptr": F32, "counter_ptr": I32,
+                   "ids_ptr": I32, "top_ptr": F32}  # fmt: skip
+    build(routed._project_route_kernel, route_types, dict(BLOCK_N=out_plan["BLOCK_N"], BLOCK_K=out_plan["BLOCK_K"],
+          BCAST_X=bool(out_plan.get("BCAST_X")), EP=256, TOP_K=8, KP=8, USE_PDL=True), out_plan.get("num_warps", 4),
+          1, label="routed out-projection")  # fmt: skip
     plan = get_plan(1, 256, 2048, 512, 8, torch.bfloat16)
     router_types = {"x_ptr": BF, "nw_ptr": BF, "xn_ptr": BF, "eps": "fp32", "gw_ptr": BF, "scratch_ptr": F32,
                     "counter_ptr": I32, "ids_ptr": I32, "w_ptr": F32, "sorted_ptr": I32, "meta_ptr": I32}  # fmt: skip
@@ -71,6 +83,8 @@ def main() -> None:
         "ids_ptr": I32,
         "topk_w_ptr": F32,
         "h_ptr": BF,
+        "nw_ptr": BF,
+        "eps": "fp32",
     }
     options = [(0, 0, 0), (1, 0, 0), (0, 1, 0), (1, 1, 0), (0, 0, 1)]  # (REDUCE_EACH, PREFETCH, FROM_LOGITS)
     for red, pre, fl in options:
@@ -83,9 +97,10 @@ def main() -> None:
                                   REDUCE_EACH=red, PREFETCH=pre, LATE_WAIT=late, FROM_LOGITS=fl, ROUND=1,
                                   TMA=stages, L2PF=pf, USE_PDL=True)  # fmt: skip
                     types = dict(gu_types, ids_ptr=F32 if fl else I32, w_desc=desc, sw_desc=desc)
-                    build(triton_pairs._gate_up_pairs_kernel, types, consts, gu.get("num_warps", 4), 1,
-                          label=f"pairs gate_up reduce_each={red} prefetch={pre} late_wait={late} logits={fl} "
-                                f"tma={stages} l2pf={pf}")  # fmt: skip
+                    for nx in (0, 1) if (red, fl, late, stages) == (0, 0, 0, 0) and pre else (0,):  # NORM_X
+                        build(triton_pairs._gate_up_pairs_kernel, types, dict(consts, NORM_X=nx), gu.get("num_warps", 4),
+                              1, label=f"pairs gate_up reduce_each={red} prefetch={pre} late_wait={late} logits={fl} "
+                              f"tma={stages} l2pf={pf} norm_x={nx}")  # fmt: skip
     dn = plan["down"]
     dn_types = {"h_ptr": BF, "wd_ptr": BF, "swd_ptr": BF, "ids_ptr": I32, "out_ptr": BF}
     for red, pre, fl in options:

@@ -19,6 +19,9 @@ class Linear(nn.Module):
         self.in_features = in_features
         self.out_features = out_features
         self.weight = nn.Parameter(torch.empty(out_features, in_features), requires_grad=False)
+        # an optional fusion that takes this projection over where it applies (returns None elsewhere):
+        # layers/routed_projection.py
+        self.fusion = None
         if parts:
             layout, row = [], 0
             for name, rows in parts:
@@ -33,6 +36,8 @@ class Linear(nn.Module):
     ) -> torch.Tensor:
         """``[residual +] norm(x) W^T``: a pre-norm (an ``RMSNorm``: ``weight``, ``eps``) and a residual add
         (in place, the residual returned) run inside the projection where the kernels can fuse them."""
+        if self.fusion is not None and (y := self.fusion(x, norm, residual)) is not None:
+            return y
         if norm is None:
             return ops.linear(x, self.weight, residual=residual)
         return ops.linear(x, self.weight, norm_weight=norm.weight, norm_eps=norm.eps, residual=residual)

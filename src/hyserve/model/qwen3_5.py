@@ -240,6 +240,7 @@ class SparseMoeBlock(nn.Module):
         self.experts = Experts(config.num_experts, hidden, config.moe_intermediate_size)
         self.shared_expert = MLP(hidden, config.shared_expert_intermediate_size)
         self.shared_expert_gate = Linear(hidden, 1)
+        self.routed = None  # layers/routed_projection.py: the routing the mixer's projections took, if any
 
     def forward(self, x: torch.Tensor, norm: RMSNorm, residual: torch.Tensor) -> torch.Tensor:
         """``residual + MoE(norm(x))``, added to the residual in place."""
@@ -255,6 +256,7 @@ class SparseMoeBlock(nn.Module):
             norm_weight=norm.weight,
             norm_eps=norm.eps,
             residual=residual,
+            routing=self.routed.take_routing() if self.routed is not None else None,
         )
 
 

@@ -73,6 +73,16 @@ def _gemv_tile(
 
 
 @triton.jit
+def _norm_mask(k, km, row0, raw_from, HAS_RAW: tl.constexpr):
+    """The norm weight's load mask at columns k: a raw program (HAS_RAW, its first row ``row0`` >= raw_from)
+    loads none of it, so its x is multiplied by 1 + 0. (The row test is taken elementwise: the interpreter
+    mis-types a scalar bool & a mask.)"""
+    if HAS_RAW:
+        km = km & (k * 0 + row0 < raw_from)
+    return km
+
+
+@triton.jit
 def _gemv_kernel(
     x_ptr,
     w_ptr,
@@ -88,6 +98,7 @@ def _gemv_kernel(
     stride_ym,
     stride_rm,
     eps,
+    raw_from,
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
     BLOCK_K: tl.constexpr,
@@ -96,9 +107,11 @@ def _gemv_kernel(
     REDUCE_EACH: tl.constexpr,
     TMA: tl.constexpr,
     BCAST_X: tl.constexpr,
+    HAS_RAW: tl.constexpr,
     USE_PDL: tl.constexpr,
 ):
-    """w_desc: W's tensor descriptor with [BLOCK_N, BLOCK_K] boxes when TMA > 0 (else unused)."""
+    """w_desc: W's tensor descriptor with [BLOCK_N, BLOCK_K] boxes when TMA > 0 (else unused). HAS_RAW (with
+    HAS_NORM): the programs of rows >= ``raw_from`` (a multiple of BLOCK_N) take x as it is, without the norm."""
     pid = tl.program_id(0)
     rm = tl.arange(0, BLOCK_M)
     rn = pid * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -114,8 +127,9 @@ def _gemv_kernel(
     else:
         w = tl.load(w_rows + kk[None, :], mask=nm[:, None] & (kk < K)[None, :], other=0.0)
     g = tl.zeros((BLOCK_K,), dtype=tl.float32)
+    # raw rows: the norm weight's tiles masked off ((1 + 0) x) and rstd not applied
     if HAS_NORM:
-        g = tl.load(g_ptr + kk, mask=kk < K, other=0.0)
+        g = tl.load(g_ptr + kk, mask=_norm_mask(kk, kk < K, pid * BLOCK_N, raw_from, HAS_RAW), other=0.0)
     wait_for_previous(USE_PDL)
     omask = mm[:, None] & nm[None, :]
     r = 0.0
@@ -134,7 +148,7 @@ def _gemv_kernel(
             km = k < K
             w = w_desc.load([pid * BLOCK_N, k0])
             if HAS_NORM:
-                g = tl.load(g_ptr + k, mask=km, other=0.0)
+                g = tl.load(g_ptr + k, mask=_norm_mask(k, km, pid * BLOCK_N, raw_from, HAS_RAW), other=0.0)
             acc, ss = _gemv_tile(acc, ss, w, g, x_rows, k, km, mm, HAS_NORM, REDUCE_EACH, BCAST_X)
     else:
         for k0 in range(BLOCK_K, K, BLOCK_K):
@@ -142,16 +156,17 @@ def _gemv_kernel(
             km = k < K
             w = tl.load(w_rows + k[None, :], mask=nm[:, None] & km[None, :], other=0.0)
             if HAS_NORM:
-                g = tl.load(g_ptr + k, mask=km, other=0.0)
+                g = tl.load(g_ptr + k, mask=_norm_mask(k, km, pid * BLOCK_N, raw_from, HAS_RAW), other=0.0)
             acc, ss = _gemv_tile(acc, ss, w, g, x_rows, k, km, mm, HAS_NORM, REDUCE_EACH, BCAST_X)
-    if REDUCE_EACH:
-        y = acc
-        if HAS_NORM:
-            y = y / tl.sqrt(ss / K + eps)[:, None]
-    else:
-        y = tl.sum(acc, axis=2)
-        if HAS_NORM:
-            y = y / tl.sqrt(tl.sum(ss, axis=1) / K + eps)[:, None]
+    if not REDUCE_EACH:
+        acc = tl.sum(acc, axis=2)
+        ss = tl.sum(ss, axis=1)
+    y = acc
+    if HAS_NORM:
+        rms = tl.sqrt(ss / K + eps)
+        if HAS_RAW:
+            rms = tl.where(pid * BLOCK_N < raw_from, rms, 1.0)
+        y = y / rms[:, None]
     y += r
     tl.store(
         y_ptr + rm.to(tl.int64)[:, None] * stride_ym + rn[None, :], y.to(y_ptr.dtype.element_ty), mask=omask
@@ -167,6 +182,7 @@ def gemv_triton(
     norm_weight: torch.Tensor | None = None,
     norm_eps: float = 0.0,
     residual: torch.Tensor | None = None,
+    raw_from: int | None = None,
 ) -> torch.Tensor:
     """x [M, K] (M <= GEMV_MAX_ROWS, K contiguous), weight [N, K] (K contiguous) -> [M, N] in x's dtype:
     ``[residual +] rms_norm(x, norm_weight, norm_eps) W^T`` (the norm without ``norm_weight``). With a
@@ -175,7 +191,8 @@ def gemv_triton(
     reduce the products over K every tile, not once at the end: a [BLOCK_N] accumulator instead of
     [BLOCK_N, BLOCK_K], so more programs fit an SM), TMA (optional, a stage count: W through a TMA
     descriptor, the K loop pipelined that deep; BLOCK_K <= 256 for one row), BCAST_X (optional: x loaded in
-    the product's layout, ``_gemv_tile``)."""
+    the product's layout, ``_gemv_tile``). ``raw_from`` (with the norm; a multiple of BLOCK_N): output columns
+    from it on are ``x W^T`` without the norm (the router's rows of ``kernels/routed_projection``)."""
     M, K = x.shape
     N = weight.shape[0]
     if M > GEMV_MAX_ROWS or x.stride(1) != 1 or weight.stride(1) != 1:
@@ -188,6 +205,10 @@ def gemv_triton(
         )
     if norm_weight is not None and norm_weight.shape != (K,):
         raise ValueError(f"norm_weight must be [{K}], got {tuple(norm_weight.shape)}")
+    if raw_from is not None and (norm_weight is None or raw_from % cfg["BLOCK_N"] or not 0 <= raw_from <= N):
+        raise ValueError(
+            f"raw_from {raw_from} needs a norm and a multiple of BLOCK_N {cfg['BLOCK_N']} in [0, {N}]"
+        )
     if out is None:
         out = residual if residual is not None else torch.empty((M, N), dtype=x.dtype, device=x.device)
     if M == 0:
@@ -211,6 +232,7 @@ def gemv_triton(
         out.stride(0),
         residual.stride(0) if residual is not None else 0,
         norm_eps,
+        N if raw_from is None else raw_from,
         BLOCK_M=block_m,
         BLOCK_N=cfg["BLOCK_N"],
         BLOCK_K=block_k,
@@ -219,6 +241,7 @@ def gemv_triton(
         REDUCE_EACH=bool(cfg.get("REDUCE_EACH", False)),
         TMA=stages,
         BCAST_X=bool(cfg.get("BCAST_X", False)),
+        HAS_RAW=raw_from is not None,
         num_warps=cfg.get("num_warps", 4),
         **launch_options(x),
     )

@@ -32,9 +32,11 @@ def fused_moe(
     norm_weight: torch.Tensor | None = None,
     norm_eps: float = 0.0,
     residual: torch.Tensor | None = None,
+    routing: tuple[torch.Tensor, torch.Tensor] | None = None,
 ) -> torch.Tensor:
     """x: [..., H] -> [..., H] in x's dtype (the contract of ``fused_moe_reference``: the block's pre-norm
-    and, with a residual, the residual add in place, the residual returned)."""
+    and, with a residual, the residual add in place, the residual returned). ``routing`` (topk_ids [T, k] int32, their raw
+    logits [T, k] fp32 before the pre-norm's rstd): taken by ``kernels/routed_projection``; no router runs."""
     if residual is not None and residual.shape != x.shape:
         raise ValueError(f"residual {tuple(residual.shape)} must have x's shape {tuple(x.shape)}")
     weights = (gate_weight, w_gate_up, w_down, top_k, shared_gate_up, shared_down, shared_expert_gate)
@@ -56,9 +58,12 @@ def fused_moe(
             norm_weight=norm_weight,
             norm_eps=norm_eps,
             residual=residual.view(-1, shape[-1]) if residual is not None else None,
+            routing=routing,
         )
         return residual if residual is not None else out.reshape(shape)
-    return fused_moe_reference(x, *weights, norm_weight=norm_weight, norm_eps=norm_eps, residual=residual)
+    return fused_moe_reference(
+        x, *weights, norm_weight=norm_weight, norm_eps=norm_eps, residual=residual, routing=routing
+    )
 
 
 __all__ = ["fused_moe", "fused_moe_reference", "route_reference"]

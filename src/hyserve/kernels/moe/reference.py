@@ -33,14 +33,23 @@ def fused_moe_reference(
     norm_weight: torch.Tensor | None = None,
     norm_eps: float = 0.0,
     residual: torch.Tensor | None = None,
+    routing: tuple[torch.Tensor, torch.Tensor] | None = None,
 ) -> torch.Tensor:
     """x: [T, H] -> [T, H]. Each expert runs on the tokens routed to it (in x's dtype); the weighted
     sum over experts accumulates in fp32. With ``norm_weight`` the block's input is
     ``rms_norm_reference(x, norm_weight, norm_eps)`` (the decoder layer's pre-norm); with ``residual``
-    ([T, H]) the output is added to it in place (in its dtype) and the residual is returned."""
+    ([T, H]) the output is added to it in place (in its dtype) and the residual is returned. ``routing``
+    (topk_ids [T, k], their raw logits [T, k] fp32 before the pre-norm's rstd) replaces the router: the weights
+    are the softmax of ``rstd * raw`` rounded through x's dtype, as the router's logits are."""
+    if routing is not None:
+        ids, raw = routing
+        rstd = torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + norm_eps)
+        weights = torch.softmax((raw * rstd).to(x.dtype).float(), dim=-1).to(x.dtype)
+        ids = ids.long()
     if norm_weight is not None:
         x = rms_norm_reference(x, norm_weight, norm_eps)
-    weights, ids = route_reference(x, gate_weight, top_k)
+    if routing is None:
+        weights, ids = route_reference(x, gate_weight, top_k)
     out = torch.zeros(x.shape, dtype=torch.float32, device=x.device)
     for expert in ids.unique().tolist():
         token, slot = torch.where(ids == expert)

@@ -131,11 +131,27 @@ def _row_softmax_topk(
     tile every round was a cross-warp reduction: the T = 1 router's ticket tail took 52 CTA barriers in its
     sm_90 build, 10 now. Same keys, so the same order and tie-break as ``_softmax_topk``; m and the softmax
     sum reduce in another order (the weights may differ from its in the last fp32 bit)."""
+    logits, cols = row_logits(row_ptr, E, EP, SPLIT)
+    return subrow_softmax_topk(logits, cols, E, EP, K, KP, ROUND)
+
+
+@triton.jit
+def row_logits(row_ptr, E, EP: tl.constexpr, SPLIT: tl.constexpr):
+    """One row of fp32 logits at ``row_ptr`` as [SPLIT, EP // SPLIT] sub-rows (-inf in the columns >= E) and
+    their columns, the layout ``subrow_softmax_topk`` takes (``_row_softmax_topk``)."""
     S: tl.constexpr = min(SPLIT, EP)
     C: tl.constexpr = EP // S
     cols = tl.arange(0, S)[:, None] * C + tl.arange(0, C)[None, :]
     logits = tl.load(row_ptr + cols, mask=cols < E, other=0.0, cache_modifier=".cg").to(tl.float32)
-    logits = tl.where(cols < E, logits, float("-inf"))
+    return tl.where(cols < E, logits, float("-inf")), cols
+
+
+@triton.jit
+def subrow_softmax_topk(
+    logits, cols, E, EP: tl.constexpr, K: tl.constexpr, KP: tl.constexpr, ROUND: tl.constexpr
+):
+    """``_row_softmax_topk`` of a row already loaded by ``row_logits`` (logits [S, C] fp32, their cols)."""
+    S: tl.constexpr = logits.shape[0]
     m = tl.max(tl.max(logits, axis=1), axis=0)
     p = tl.exp(logits - m)
     p = p / tl.sum(tl.sum(p, axis=1), axis=0)

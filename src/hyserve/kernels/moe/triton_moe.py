@@ -60,10 +60,15 @@ def fused_moe_triton(
     norm_weight: torch.Tensor | None = None,
     norm_eps: float = 0.0,
     residual: torch.Tensor | None = None,
+    routing: tuple[torch.Tensor, torch.Tensor] | None = None,
 ) -> torch.Tensor:
     """x [T, H] -> [T, H] in x's dtype. ``plan`` overrides the tile plan (tests, tuning). With
     ``norm_weight`` the block's input is ``rms_norm(x)`` (inside the fused router where the plan takes it);
-    with ``residual`` [T, H] (contiguous) the output is added to it in the down kernel and it is returned."""
+    with ``residual`` [T, H] (contiguous) the output is added to it in the down kernel and it is returned.
+    ``routing`` (topk_ids [T, k] int32, the top-k raw logits [T, k] fp32 before the pre-norm's rstd): taken
+    already (``kernels/routed_projection``), so no router runs; the gate_up kernel applies the pre-norm to x
+    itself and takes the weights' softmax (``gate_up_pairs``'s norm_weight); the plan must take the pairs
+    path (T <= 4) and a norm weight must be given."""
     T, H = x.shape
     E, two_i, _ = w_gate_up.shape
     inter = two_i // 2
@@ -106,12 +111,21 @@ def fused_moe_triton(
     target = out if direct else None
     add_out = residual is not None and direct
     fused_router = plan.get("fused_router") and small_routing(T, E, top_k) and not force_large_routing
+    routed_norm = {}
+    if routing is not None:
+        if plan["down_mode"] != "pairs" or norm_weight is None:
+            raise ValueError(f"a given routing needs the pairs path (T <= 4) and a norm weight, got T={T}")
+        ids, weights = routing
+        routed_norm = dict(norm_weight=norm_weight, norm_eps=norm_eps)
+        norm_weight = None
     if norm_weight is not None and not (fused_router and plan["down_mode"] == "pairs"):
         x = rms_norm(x, norm_weight, norm_eps)
         norm_weight = None
     if plan["down_mode"] == "pairs":
         logits, kw = None, {}
-        if fused_router and plan.get("topk_in_experts"):  # the expert kernels take the top-k themselves
+        if routing is not None:
+            pass  # ids and raw top-k logits as given; x before its norm (routed_norm, to gate_up)
+        elif fused_router and plan.get("topk_in_experts"):  # the expert kernels take the top-k themselves
             logits, xn = router_logits_fused(
                 x, gate_weight, top_k, plan.get("router_be"), norm_weight, norm_eps
             )
@@ -125,10 +139,10 @@ def fused_moe_triton(
         else:
             ids, weights = route_topk(F.linear(x, gate_weight), top_k, x.dtype)
         args = (x, w_gate_up, sgu, sg, ids, weights, plan["gate_up"])
-        if plan.get("split_shared") and sgu is not None:  # the routed launch streams before its wait
+        if plan.get("split_shared") and sgu is not None and routing is None:  # routed launch streams pre-wait
             h = gate_up_pairs(*args, part="routed", h=gate_up_pairs(*args, part="shared", **kw), **kw)
         else:
-            h = gate_up_pairs(*args, **kw)
+            h = gate_up_pairs(*args, **kw, **routed_norm)
         res = down_pairs(h, w_down, sd, ids, plan["down"], out=target, add_out=add_out, **kw)
     else:
         res = _grouped(

@@ -38,21 +38,37 @@ from hyserve.kernels.pdl import wait_for_previous
 
 
 @triton.jit
-def _gate_up_tile(acc_g, acc_u, wg, wu, x_row, k, km, REDUCE_EACH: tl.constexpr):
+def _gate_up_tile(
+    acc_g, acc_u, ss, wg, wu, x_row, nw_ptr, k, km, REDUCE_EACH: tl.constexpr, NORM_X: tl.constexpr,
+    BCAST_X: tl.constexpr,
+):
     """acc += the [BLOCK_I, BLOCK_K] gate and up tiles times x[k]: kept [BLOCK_I, BLOCK_K] wide and reduced
-    once at the end, or (REDUCE_EACH) reduced over k every tile into [BLOCK_I, 1] (fewer registers)."""
-    xk = tl.load(x_row + k, mask=km, other=0.0).to(tl.float32)[None, :]
+    once at the end, or (REDUCE_EACH) reduced over k every tile into [BLOCK_I, 1] (fewer registers). BCAST_X: x
+    (and the norm weight) loaded straight into the tiles' [BLOCK_I, BLOCK_K] layout, the same row for every i
+    (L1 serves the repeats), instead of as [BLOCK_K] and broadcast through shared memory every K step (the
+    GEMV's option of the same name). NORM_X (with BCAST_X): x is the block's input before its pre-norm: ss
+    [BLOCK_I, BLOCK_K] += x[k]^2 (every row the same) and x[k] is multiplied by 1 + nw[k] (the caller applies
+    rstd at the end, as the GEMV's fused norm does)."""
+    if BCAST_X:
+        at = tl.zeros((wg.shape[0], 1), dtype=tl.int32) + k[None, :]
+        xk = tl.load(x_row + at, mask=km[None, :], other=0.0).to(tl.float32)
+        if NORM_X:
+            ss += xk * xk
+            xk = xk * (1.0 + tl.load(nw_ptr + at, mask=km[None, :], other=0.0).to(tl.float32))
+    else:
+        xk = tl.load(x_row + k, mask=km, other=0.0).to(tl.float32)[None, :]
     if REDUCE_EACH:
         acc_g += tl.sum(wg.to(tl.float32) * xk, axis=1, keep_dims=True)
         acc_u += tl.sum(wu.to(tl.float32) * xk, axis=1, keep_dims=True)
     else:
         acc_g += wg.to(tl.float32) * xk
         acc_u += wu.to(tl.float32) * xk
-    return acc_g, acc_u
+    return acc_g, acc_u, ss
 
 
 @triton.jit
-def _gate_up_tma(desc, row_g, row_u, acc_g, acc_u, x_row, kk, H, BLOCK_K: tl.constexpr, REDUCE_EACH: tl.constexpr,
+def _gate_up_tma(desc, row_g, row_u, acc_g, acc_u, ss, x_row, nw_ptr, kk, H, BLOCK_K: tl.constexpr,
+                 REDUCE_EACH: tl.constexpr, NORM_X: tl.constexpr, BCAST_X: tl.constexpr,
                  STAGES: tl.constexpr):  # fmt: skip
     """acc += the gate rows [row_g, +BLOCK_I) and up rows [row_u, +BLOCK_I) of the descriptor's matrix times x,
     over K = H, the tile copies pipelined STAGES-1 deep."""
@@ -60,8 +76,31 @@ def _gate_up_tma(desc, row_g, row_u, acc_g, acc_u, x_row, kk, H, BLOCK_K: tl.con
         k = k0 + kk
         wg = desc.load([row_g, k0])
         wu = desc.load([row_u, k0])
-        acc_g, acc_u = _gate_up_tile(acc_g, acc_u, wg, wu, x_row, k, k < H, REDUCE_EACH)
-    return acc_g, acc_u
+        acc_g, acc_u, ss = _gate_up_tile(
+            acc_g, acc_u, ss, wg, wu, x_row, nw_ptr, k, k < H, REDUCE_EACH, NORM_X, BCAST_X
+        )
+    return acc_g, acc_u, ss
+
+
+@triton.jit
+def _topk_weight(raw_row, j, rstd, K_TOP: tl.constexpr, ROUND: tl.constexpr, dtype: tl.constexpr):
+    """The routing weight of slot j from the token's top-k raw router logits at ``raw_row`` ([K_TOP] fp32,
+    ``kernels/routed_projection``: the logits before the norm's rstd), in rstd's shape (rstd [BLOCK_I], every
+    element the same): the logits scaled and rounded through the model dtype as the router's F.linear output
+    is, their softmax (the renormalised top-k of the softmax over all experts), rounded like the router's
+    weights (ROUND). Scalar loads and elementwise maths: no reduction, so no barrier between warps."""
+    m = (tl.load(raw_row) * rstd).to(dtype).to(tl.float32)
+    for i in tl.static_range(1, K_TOP):
+        m = tl.maximum(m, (tl.load(raw_row + i) * rstd).to(dtype).to(tl.float32))
+    total = tl.zeros_like(m)
+    for i in tl.static_range(K_TOP):
+        total += tl.exp((tl.load(raw_row + i) * rstd).to(dtype).to(tl.float32) - m)
+    w = tl.exp((tl.load(raw_row + j) * rstd).to(dtype).to(tl.float32) - m) / total
+    if ROUND == 1:
+        w = w.to(tl.bfloat16).to(tl.float32)
+    elif ROUND == 2:
+        w = w.to(tl.float16).to(tl.float32)
+    return w
 
 
 @triton.jit(do_not_specialize=["P0"])
@@ -75,6 +114,8 @@ def _gate_up_pairs_kernel(
     ids_ptr,
     topk_w_ptr,
     h_ptr,
+    nw_ptr,
+    eps,
     T,
     H,
     I,
@@ -98,9 +139,11 @@ def _gate_up_pairs_kernel(
     ROUND: tl.constexpr,
     TMA: tl.constexpr,
     L2PF: tl.constexpr,
+    NORM_X: tl.constexpr,
+    BCAST_X: tl.constexpr,
     USE_PDL: tl.constexpr,
 ):
-    """Pair p = P0 + program_id(1). REDUCE_EACH, PREFETCH, LATE_WAIT, TMA, L2PF: see ``gate_up_pairs``
+    """Pair p = P0 + program_id(1). REDUCE_EACH, PREFETCH, LATE_WAIT, TMA, L2PF, NORM_X, BCAST_X: see ``gate_up_pairs``
     (w_desc, sw_desc: the routed experts' [E*2I, H] and the shared expert's [2I, H] descriptors; sw_bytes: the
     shared expert's weight size, the L2PF range). FROM_LOGITS: ``ids_ptr`` is the router's logits [*, EP] fp32
     and the pair's expert and weight come from its token's top-k (``topk_w_ptr`` unused)."""
@@ -123,7 +166,7 @@ def _gate_up_pairs_kernel(
         wrow = tl.sum(tl.where(kc == pc % K_TOP, tw, 0.0), axis=0)
     else:
         e = tl.load(ids_ptr + pc).to(tl.int64)
-        wrow = tl.load(topk_w_ptr + pc)
+        wrow = tl.load(topk_w_ptr + pc)  # NORM_X: unused (the weight comes from the raw logits at the end)
     wbase = tl.where(is_shared, sw_ptr, w_ptr + e * stride_we)
     stride_n = tl.where(is_shared, stride_sn, stride_wn)
 
@@ -135,14 +178,15 @@ def _gate_up_pairs_kernel(
     u_rows = wbase + (ii + I).to(tl.int64)[:, None] * stride_n
     acc_g = tl.zeros((BLOCK_I, 1 if REDUCE_EACH else BLOCK_K), dtype=tl.float32)
     acc_u = tl.zeros((BLOCK_I, 1 if REDUCE_EACH else BLOCK_K), dtype=tl.float32)
+    ss = tl.zeros((BLOCK_I, BLOCK_K) if NORM_X else (1, 1), dtype=tl.float32)  # NORM_X: x's squares
     if TMA:  # rows past the slice's end read other rows (or zeros): their results are never stored
         if is_shared:
-            acc_g, acc_u = _gate_up_tma(sw_desc, n * BLOCK_I, I + n * BLOCK_I, acc_g, acc_u, x_row, kk, H,
-                                        BLOCK_K, REDUCE_EACH, TMA)  # fmt: skip
+            acc_g, acc_u, ss = _gate_up_tma(sw_desc, n * BLOCK_I, I + n * BLOCK_I, acc_g, acc_u, ss, x_row, nw_ptr,
+                                            kk, H, BLOCK_K, REDUCE_EACH, NORM_X, BCAST_X, TMA)  # fmt: skip
         else:
             row = e.to(tl.int32) * (2 * I) + n * BLOCK_I
-            acc_g, acc_u = _gate_up_tma(w_desc, row, row + I, acc_g, acc_u, x_row, kk, H, BLOCK_K, REDUCE_EACH,
-                                        TMA)  # fmt: skip
+            acc_g, acc_u, ss = _gate_up_tma(w_desc, row, row + I, acc_g, acc_u, ss, x_row, nw_ptr, kk, H, BLOCK_K,
+                                            REDUCE_EACH, NORM_X, BCAST_X, TMA)  # fmt: skip
     elif PREFETCH:  # the next tiles' loads are issued before this tile's multiply: two tiles in flight
         wm = imask[:, None] & (kk < H)[None, :]
         wg = tl.load(g_rows + kk[None, :], mask=wm, other=0.0)
@@ -153,10 +197,14 @@ def _gate_up_pairs_kernel(
             wg_next = tl.load(g_rows + k[None, :], mask=imask[:, None] & km[None, :], other=0.0)
             wu_next = tl.load(u_rows + k[None, :], mask=imask[:, None] & km[None, :], other=0.0)
             kp = k - BLOCK_K
-            acc_g, acc_u = _gate_up_tile(acc_g, acc_u, wg, wu, x_row, kp, kp < H, REDUCE_EACH)
+            acc_g, acc_u, ss = _gate_up_tile(
+                acc_g, acc_u, ss, wg, wu, x_row, nw_ptr, kp, kp < H, REDUCE_EACH, NORM_X, BCAST_X
+            )
             wg, wu = wg_next, wu_next
         kl = ((H - 1) // BLOCK_K) * BLOCK_K + kk
-        acc_g, acc_u = _gate_up_tile(acc_g, acc_u, wg, wu, x_row, kl, kl < H, REDUCE_EACH)
+        acc_g, acc_u, ss = _gate_up_tile(
+            acc_g, acc_u, ss, wg, wu, x_row, nw_ptr, kl, kl < H, REDUCE_EACH, NORM_X, BCAST_X
+        )
     else:
         for k0 in range(0, H, BLOCK_K):
             k = k0 + kk
@@ -164,9 +212,19 @@ def _gate_up_pairs_kernel(
             wm = imask[:, None] & km[None, :]
             wg = tl.load(g_rows + k[None, :], mask=wm, other=0.0)
             wu = tl.load(u_rows + k[None, :], mask=wm, other=0.0)
-            acc_g, acc_u = _gate_up_tile(acc_g, acc_u, wg, wu, x_row, k, km, REDUCE_EACH)
+            acc_g, acc_u, ss = _gate_up_tile(
+                acc_g, acc_u, ss, wg, wu, x_row, nw_ptr, k, km, REDUCE_EACH, NORM_X, BCAST_X
+            )
     g = tl.sum(acc_g, axis=1)
     u = tl.sum(acc_u, axis=1)
+    rstd = 1.0
+    if NORM_X:  # x's RMS norm from the loads the products used; its weight went in with each tile
+        rstd = 1.0 / tl.sqrt(tl.sum(ss, axis=1) / H + eps)  # [BLOCK_I], a reduction inside each row's warp
+        g = g * rstd
+        u = u * rstd
+        # the pair's weight: softmax over its token's top-k logits, scaled by rstd now ([BLOCK_I] from here on)
+        tw = _topk_weight(topk_w_ptr + tok * K_TOP, pc % K_TOP, rstd, K_TOP, ROUND, x_ptr.dtype.element_ty)
+        wrow = tl.where(is_shared, wrow, tw)
 
     if HAS_SHARED_GATE:
         if is_shared:
@@ -175,10 +233,12 @@ def _gate_up_pairs_kernel(
                 k = k0 + kk
                 km = k < H
                 xk = tl.load(x_row + k, mask=km, other=0.0).to(tl.float32)
+                if NORM_X:
+                    xk = xk * (1.0 + tl.load(nw_ptr + k, mask=km, other=0.0).to(tl.float32))
                 sacc += xk * tl.load(sg_ptr + k, mask=km, other=0.0).to(tl.float32)
-            wrow = 1.0 / (1.0 + tl.exp(-tl.sum(sacc, axis=0)))
-    elif is_shared:
-        wrow = 1.0
+            wrow = 1.0 / (1.0 + tl.exp(-tl.sum(sacc, axis=0) * rstd))
+    else:
+        wrow = tl.where(is_shared, 1.0, wrow)
     h = g / (1.0 + tl.exp(-g)) * u * wrow
     if LATE_WAIT:
         wait_for_previous(USE_PDL)
@@ -319,17 +379,23 @@ def gate_up_pairs(
     *,
     logits: torch.Tensor | None = None,
     top_k: int | None = None,
+    norm_weight: torch.Tensor | None = None,
+    norm_eps: float = 0.0,
 ) -> torch.Tensor:
     """-> h [T*k + T, I] (rows T*k.. for the shared expert, unused without one). The routing: ``topk_ids`` /
     ``topk_weights`` [T, k], or (both None) the router's ``logits`` [TP, EP] fp32 from
-    ``router.router_logits_fused`` and ``top_k``. cfg: BLOCK_I, BLOCK_K,
+    ``router.router_logits_fused`` and ``top_k``. With ``norm_weight`` (NORM_X) x is the block's input before
+    its pre-norm, which every program applies itself (rstd from the x loads of its K loop, as the GEMV's fused
+    norm), and ``topk_weights`` holds the top-k raw logits before rstd (``kernels/routed_projection``), whose
+    softmax each program takes at its end. cfg: BLOCK_I, BLOCK_K,
     num_warps, and two options (default off; ``moe.bench --pairs`` times them): REDUCE_EACH (reduce the
     products over K every tile instead of once at the end: fewer registers, more programs resident) and
     PREFETCH (load the next tiles before multiplying this one: two tiles in flight a program); TMA (a stage
     count: the weights through Hopper tensor descriptors, the K loop pipelined that deep; BLOCK_K <= 256,
     ignored where a descriptor cannot be made); L2PF (a program count: the first programs, resident while the
     router runs, prefetch the shared expert's weights into L2 before the PDL wait, ``kernels/l2_prefetch.py``;
-    with PDL and a contiguous shared weight only).
+    with PDL and a contiguous shared weight only); BCAST_X (x loaded in the tiles' layout, ``_gate_up_tile``;
+    always on with ``norm_weight``).
 
     ``part``: "all" pairs in one launch, or the shared expert's rows alone ("shared") and then the routed
     pairs alone into the same ``h`` ("routed", launched right after "shared"). The routed launch then reads
@@ -342,6 +408,10 @@ def gate_up_pairs(
     E, two_i, _ = w_gate_up.shape
     inter = two_i // 2
     route, k_top = _routing_operands(topk_ids, topk_weights, logits, top_k, E)
+    if norm_weight is not None and (logits is not None or part != "all"):
+        raise ValueError(
+            "gate_up_pairs: norm_weight takes given top-k ids and raw logits, all pairs in one launch"
+        )
     has_shared = shared_gate_up is not None
     if part != "all" and not has_shared:
         raise ValueError("gate_up_pairs: part 'shared' / 'routed' needs a shared expert")
@@ -368,6 +438,8 @@ def gate_up_pairs(
         sg,
         *route,
         h,
+        norm_weight if norm_weight is not None else x,
+        norm_eps,
         T,
         H,
         inter,
@@ -391,6 +463,8 @@ def gate_up_pairs(
         ROUND=round_code(x.dtype),
         TMA=int(cfg["TMA"]) if descs else 0,
         L2PF=prefetch_parts(cfg, pdl.enabled(x)) if has_shared and sw.is_contiguous() else 0,
+        NORM_X=norm_weight is not None,
+        BCAST_X=norm_weight is not None or bool(cfg.get("BCAST_X", False)),
         num_warps=cfg.get("num_warps", 4),
         num_stages=cfg.get("num_stages", 1),
     )

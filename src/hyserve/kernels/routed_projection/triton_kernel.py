@@ -1,0 +1,117 @@
+"""The out-projection that also routes (one token): ``project_out_route_triton``.
+
+Grid (E / BLOCK_N + H / BLOCK_N,) over the rows of [M; W_o] [E + H, Hv], M's first: the lowest program ids are
+dispatched first, so the routing starts while W_o's rows still stream. Program p streams its BLOCK_N rows over
+the full K = Hv as the GEMV does (``linear/triton_kernel._gemv_tile``, the same tiles, so h1's bits are the
+GEMV's). A program of M's rows adds ``W_r' h0`` (the in-projection's last columns) and writes the raw logits
+fp32 to ``raw [E]``, then takes a ticket among M's programs (acq_rel after a CTA barrier: the last-block
+reduction of ``moe/router.py``); the last one takes the top-k (``moe/routing._row_softmax_topk`` of the raw
+logits: the order of ``rstd * raw``, rstd > 0, so h1 is not needed) and writes the ids and their raw logits, then
+resets the counter (CUDA-graph replays included). A program of W_o's rows adds h0 in fp32 and writes h1 in
+place (one cast). The experts' gate_up applies the pre-norm and the softmax of the scaled logits itself
+(``moe/triton_pairs``, NORM_X), so nothing serial follows the stream. W's first tile loads before the PDL wait.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from hyserve.kernels.linear.triton_kernel import _gemv_tile
+from hyserve.kernels.moe.routing import ROW_SPLIT, _row_softmax_topk
+from hyserve.kernels.pdl import launch_options, wait_for_previous
+from hyserve.kernels.tickets import ticket_counters
+
+
+@triton.jit
+def _project_route_kernel(
+    a_ptr,
+    w_ptr,
+    h_ptr,
+    part_ptr,
+    raw_ptr,
+    counter_ptr,
+    ids_ptr,
+    top_ptr,
+    H,
+    K,
+    E,
+    BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    BCAST_X: tl.constexpr,
+    EP: tl.constexpr,
+    TOP_K: tl.constexpr,
+    KP: tl.constexpr,
+    USE_PDL: tl.constexpr,
+):
+    pid = tl.program_id(0)
+    n_route = E // BLOCK_N  # programs of M's rows; the rest take W_o's
+    is_route = pid < n_route
+    rn = pid * BLOCK_N + tl.arange(0, BLOCK_N)
+    nm = rn < E + H
+    kk = tl.arange(0, BLOCK_K)
+    w_rows = w_ptr + rn.to(tl.int64)[:, None] * K
+    w = tl.load(w_rows + kk[None, :], mask=nm[:, None] & (kk < K)[None, :], other=0.0)
+    wait_for_previous(USE_PDL)
+    # what is added to the product: the in-projection's W_r' h0 (an M program) or h0's rows (a W_o program)
+    r = tl.load(tl.where(is_route, part_ptr + rn, h_ptr + (rn - E)), mask=nm, other=0.0).to(tl.float32)
+    mm = tl.arange(0, 1) < 1
+    x_rows = a_ptr + tl.zeros((1, 1), dtype=tl.int64)
+    acc = tl.zeros((1, BLOCK_N, BLOCK_K), dtype=tl.float32)
+    ss = tl.zeros((1, BLOCK_K), dtype=tl.float32)  # unused: no norm of a
+    g0 = tl.zeros((BLOCK_K,), dtype=tl.float32)
+    acc, ss = _gemv_tile(acc, ss, w, g0, x_rows, kk, kk < K, mm, False, False, BCAST_X)
+    for k0 in range(BLOCK_K, K, BLOCK_K):
+        k = k0 + kk
+        km = k < K
+        w = tl.load(w_rows + k[None, :], mask=nm[:, None] & km[None, :], other=0.0)
+        acc, ss = _gemv_tile(acc, ss, w, g0, x_rows, k, km, mm, False, False, BCAST_X)
+    y = tl.sum(tl.sum(acc, axis=2), axis=0) + r  # [BLOCK_N] fp32
+    if is_route:
+        tl.store(raw_ptr + rn, y, mask=nm)
+        tl.debug_barrier()  # every store of this program before its release
+        ticket = tl.atomic_add(counter_ptr, 1, sem="acq_rel", scope="gpu")
+        if ticket == n_route - 1:
+            ids, _ = _row_softmax_topk(raw_ptr, E, EP, TOP_K, KP, 0, ROW_SPLIT)
+            kc = tl.arange(0, KP)
+            top = tl.load(raw_ptr + ids, mask=kc < TOP_K, other=0.0, cache_modifier=".cg")
+            tl.store(ids_ptr + kc, ids, mask=kc < TOP_K)
+            tl.store(top_ptr + kc, top, mask=kc < TOP_K)
+            tl.store(counter_ptr, 0)
+    else:
+        tl.store(h_ptr + (rn - E), y.to(h_ptr.dtype.element_ty), mask=nm)
+
+
+def project_out_route_triton(
+    a: torch.Tensor,
+    weight: torch.Tensor,
+    residual: torch.Tensor,
+    partial: torch.Tensor,
+    top_k: int,
+    cfg: dict,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """One token: a [1, Hv], weight [E + H, Hv] (M, then W_o; K contiguous), residual h0 [1, H] (contiguous,
+    updated in place to h1), partial ``W_r' h0`` [1, E] (unit stride) -> (topk_ids [1, k] int32, their raw
+    logits [1, k] fp32). cfg: the out-projection's GEMV plan (BLOCK_N dividing H and E, BLOCK_K, num_warps,
+    BCAST_X)."""
+    H, E = residual.shape[1], partial.shape[1]
+    K = a.shape[1]
+    if a.shape[0] != 1 or weight.shape != (E + H, K) or H % cfg["BLOCK_N"] or E % cfg["BLOCK_N"]:
+        raise ValueError(
+            f"project_out_route_triton takes one token and a [{E} + {H}, {K}] weight whose rows BLOCK_N "
+            f"{cfg['BLOCK_N']} divides; got a {tuple(a.shape)}, weight {tuple(weight.shape)}"
+        )
+    if a.stride(1) != 1 or weight.stride(1) != 1 or not residual.is_contiguous() or partial.stride(1) != 1:
+        raise ValueError("project_out_route_triton needs unit column strides and a contiguous residual")
+    dev = a.device
+    ids = torch.empty((1, top_k), dtype=torch.int32, device=dev)
+    top = torch.empty((1, top_k), dtype=torch.float32, device=dev)
+    raw = torch.empty((E,), dtype=torch.float32, device=dev)
+    _project_route_kernel[((E + H) // cfg["BLOCK_N"],)](
+        a, weight, residual, partial, raw, ticket_counters("routed projection", dev, 1), ids, top, H, K, E,
+        BLOCK_N=cfg["BLOCK_N"], BLOCK_K=cfg["BLOCK_K"], BCAST_X=bool(cfg.get("BCAST_X", False)),
+        EP=triton.next_power_of_2(E), TOP_K=top_k, KP=triton.next_power_of_2(top_k),
+        num_warps=cfg.get("num_warps", 4), **launch_options(a),
+    )  # fmt: skip
+    return ids, top
