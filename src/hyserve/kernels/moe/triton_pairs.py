@@ -39,7 +39,17 @@ from hyserve.kernels.pdl import wait_for_previous
 
 @triton.jit
 def _gate_up_tile(
-    acc_g, acc_u, ss, wg, wu, x_row, nw_ptr, k, km, REDUCE_EACH: tl.constexpr, NORM_X: tl.constexpr,
+    acc_g,
+    acc_u,
+    ss,
+    wg,
+    wu,
+    x_row,
+    nw_ptr,
+    k,
+    km,
+    REDUCE_EACH: tl.constexpr,
+    NORM_X: tl.constexpr,
     BCAST_X: tl.constexpr,
 ):
     """acc += the [BLOCK_I, BLOCK_K] gate and up tiles times x[k]: kept [BLOCK_I, BLOCK_K] wide and reduced
