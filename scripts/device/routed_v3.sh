@@ -6,12 +6,14 @@ set -u
 source "$(dirname "$0")/common.sh"
 W=$OUT
 K=src/hyserve/kernels
-tune() { python3 scripts/tune_step.py --model $M --load-format dummy --kv-cache-memory-gb 8 --max-num-seqs 8 \
-  --max-model-len 8192 --replays 300 --passes 1 --batch 1 "$@"; }
-if [ "${PART:-on}" = on ]; then
+TUNE="python3 scripts/tune_step.py --model $M --load-format dummy --kv-cache-memory-gb 8 --max-num-seqs 8
+  --max-model-len 8192 --replays 300 --passes 1 --batch 1"
+if [ "${PART:-on}" = on ] && [ -z "${SKIP_TESTS:-}" ]; then
   TAILN=4 run tests 200 python3 -m pytest -p no:cacheprovider -q -rfE $K/routed_projection \
     $K/moe/test_moe.py -k "options or routing or route or pairs"
-  TAILN=40 run tune_on 330 tune --groups moe,l2pf --out $OUT/on
+fi
+if [ "${PART:-on}" = on ]; then
+  TAILN=40 run tune_on 330 $TUNE --groups moe,l2pf --out $OUT/on
 else
-  TAILN=40 run tune_off 420 tune --groups options --no-routed-projections --out $OUT/off
+  TAILN=40 run tune_off 420 $TUNE --groups options --no-routed-projections --out $OUT/off
 fi
