@@ -93,19 +93,16 @@ def _gate_up_tma(desc, row_g, row_u, acc_g, acc_u, ss, x_row, nw_ptr, kk, H, BLO
 
 
 @triton.jit
-def _topk_weight(raw_row, j, rstd, K_TOP: tl.constexpr, ROUND: tl.constexpr, dtype: tl.constexpr):
-    """The routing weight of slot j from the token's top-k raw router logits at ``raw_row`` ([K_TOP] fp32,
-    ``kernels/routed_projection``: the logits before the norm's rstd), in rstd's shape (rstd [BLOCK_I], every
-    element the same): the logits scaled and rounded through the model dtype as the router's F.linear output
-    is, their softmax (the renormalised top-k of the softmax over all experts), rounded like the router's
-    weights (ROUND). Scalar loads and elementwise maths: no reduction, so no barrier between warps."""
-    m = (tl.load(raw_row) * rstd).to(dtype).to(tl.float32)
-    for i in tl.static_range(1, K_TOP):
-        m = tl.maximum(m, (tl.load(raw_row + i) * rstd).to(dtype).to(tl.float32))
-    total = tl.zeros_like(m)
-    for i in tl.static_range(K_TOP):
-        total += tl.exp((tl.load(raw_row + i) * rstd).to(dtype).to(tl.float32) - m)
-    w = tl.exp((tl.load(raw_row + j) * rstd).to(dtype).to(tl.float32) - m) / total
+def _topk_weight(raw, j, rstd, K_TOP: tl.constexpr, ROUND: tl.constexpr, dtype: tl.constexpr):
+    """The routing weight of slot j from the token's top-k raw router logits ``raw`` ([BLOCK_I, KP] fp32, every
+    row the same: ``kernels/routed_projection``'s logits before the norm's rstd), as [BLOCK_I] (rstd [BLOCK_I],
+    every element the same): the logits scaled and rounded through the model dtype as the router's F.linear
+    output is, their softmax (the renormalised top-k of the softmax over all experts), rounded like the
+    router's weights (ROUND). The rows keep the tiles' layout, each in one warp: no barrier between warps."""
+    kc = tl.arange(0, raw.shape[1])[None, :]
+    logit = tl.where(kc < K_TOP, (raw * rstd[:, None]).to(dtype).to(tl.float32), float("-inf"))
+    p = tl.exp(logit - tl.max(logit, axis=1)[:, None])
+    w = tl.sum(tl.where(kc == j, p, 0.0), axis=1) / tl.sum(p, axis=1)
     if ROUND == 1:
         w = w.to(tl.bfloat16).to(tl.float32)
     elif ROUND == 2:
@@ -177,6 +174,11 @@ def _gate_up_pairs_kernel(
     else:
         e = tl.load(ids_ptr + pc).to(tl.int64)
         wrow = tl.load(topk_w_ptr + pc)  # NORM_X: unused (the weight comes from the raw logits at the end)
+    if (
+        NORM_X
+    ):  # the token's top-k raw logits, loaded with the id; their softmax needs rstd (known at the end)
+        kt = tl.zeros((BLOCK_I, 1), dtype=tl.int32) + tl.arange(0, KP)[None, :]
+        raw = tl.load(topk_w_ptr + tok * K_TOP + kt, mask=kt < K_TOP, other=0.0)
     wbase = tl.where(is_shared, sw_ptr, w_ptr + e * stride_we)
     stride_n = tl.where(is_shared, stride_sn, stride_wn)
 
@@ -233,7 +235,7 @@ def _gate_up_pairs_kernel(
         g = g * rstd
         u = u * rstd
         # the pair's weight: softmax over its token's top-k logits, scaled by rstd now ([BLOCK_I] from here on)
-        tw = _topk_weight(topk_w_ptr + tok * K_TOP, pc % K_TOP, rstd, K_TOP, ROUND, x_ptr.dtype.element_ty)
+        tw = _topk_weight(raw, pc % K_TOP, rstd, K_TOP, ROUND, x_ptr.dtype.element_ty)
         wrow = tl.where(is_shared, wrow, tw)
 
     if HAS_SHARED_GATE:
