@@ -17,3 +17,10 @@ if [ "${PART:-on}" = on ]; then
 else
   TAILN=40 run tune_off 420 $TUNE --groups options --no-routed-projections --out $OUT/off
 fi
+if [ "${PART:-on}" = profile ]; then
+  P="python3 scripts/profile_decode.py --model $M --load-format dummy --kv-cache-memory-gb 8 --max-num-seqs 32
+    --max-model-len 8192 --prompt-len 384 --cuda-graph-sizes 1 --prefill-graph-sizes none --batch 1 --steps 30
+    --no-warmup --top 24"
+  TAILN=45 run prof_on 200 $P
+  TAILN=45 run prof_off 200 $P --no-routed-projections
+fi
