@@ -3,7 +3,7 @@
 usage: python scripts/tune_step.py --model DIR --load-format dummy --kv-cache-memory-gb 8 --max-num-seqs 8
        --max-model-len 8192 [--batch 1] [--prompt-len 384] [--replays 300] [--noise-us 3]
        [--groups gemv,moe,gdn,attention] [--passes 1] [--out DIR]   (--groups may add "screen", "options",
-       "l2pf")
+       "l2pf", "regs")
 
 Per variant: its plans patched into the kernels' tables (the GEMV plans, the MoE bucket, the DeltaNet step's
 tiles and the greedy screen's plan that serve ``--batch``, the decode attention config), that batch size's
@@ -109,6 +109,8 @@ def knobs(groups: set[str], state: dict, batch: int = 1) -> list[Knob]:
         ]
         if batch == 1:
             out.append(Knob(("attention", "fused_reduce"), (False, True)))
+    if "regs" in groups:  # a register cap on the pairs kernels (more programs an SM, maybe spills)
+        out += [Knob(("moe", part, "maxnreg"), (None, 56, 64, 72)) for part in ("gate_up", "down")]
     if "l2pf" in groups:  # gate_up's programs prefetching the shared expert into L2 (kernels/l2_prefetch.py)
         out.append(Knob(("moe", "gate_up", "L2PF"), (None, 64, 128, 256)))
     return out

@@ -12,11 +12,10 @@ if [ "${PART:-on}" = on ] && [ -z "${SKIP_TESTS:-}" ]; then
   TAILN=4 run tests 200 python3 -m pytest -p no:cacheprovider -q -rfE $K/routed_projection \
     $K/moe/test_moe.py -k "options or routing or route or pairs"
 fi
-if [ "${PART:-on}" = on ]; then
-  TAILN=40 run tune_on 330 $TUNE --groups moe,l2pf --out $OUT/on
-else
-  TAILN=40 run tune_off 420 $TUNE --groups options --no-routed-projections --out $OUT/off
-fi
+case "${PART:-on}" in
+  on) TAILN=60 run tune_on 420 $TUNE --groups "${KNOBS:-moe,l2pf}" --out $OUT/on ;;
+  off) TAILN=60 run tune_off 420 $TUNE --groups "${KNOBS:-options}" --no-routed-projections --out $OUT/off ;;
+esac
 if [ "${PART:-on}" = profile ]; then
   P="python3 scripts/profile_decode.py --model $M --load-format dummy --kv-cache-memory-gb 8 --max-num-seqs 32
     --max-model-len 8192 --prompt-len 384 --cuda-graph-sizes 1 --prefill-graph-sizes none --batch 1 --steps 30

@@ -97,10 +97,11 @@ def main() -> None:
                                   REDUCE_EACH=red, PREFETCH=pre, LATE_WAIT=late, FROM_LOGITS=fl, ROUND=1,
                                   TMA=stages, L2PF=pf, USE_PDL=True)  # fmt: skip
                     types = dict(gu_types, ids_ptr=F32 if fl else I32, w_desc=desc, sw_desc=desc)
-                    for nx in (0, 1) if (red, fl, late, stages) == (0, 0, 0, 0) and pre else (0,):  # NORM_X
-                        build(triton_pairs._gate_up_pairs_kernel, types, dict(consts, NORM_X=nx), gu.get("num_warps", 4),
-                              1, label=f"pairs gate_up reduce_each={red} prefetch={pre} late_wait={late} logits={fl} "
-                              f"tma={stages} l2pf={pf} norm_x={nx}")  # fmt: skip
+                    plain = (red, fl, late, stages) == (0, 0, 0, 0) and pre
+                    for nx, bx in ((0, 0), (0, 1), (1, 1)) if plain else ((0, 0),):  # NORM_X, BCAST_X
+                        build(triton_pairs._gate_up_pairs_kernel, types, dict(consts, NORM_X=nx, BCAST_X=bx),
+                              gu.get("num_warps", 4), 1, label=f"pairs gate_up reduce_each={red} prefetch={pre} "
+                              f"late_wait={late} logits={fl} tma={stages} l2pf={pf} norm_x={nx} bcast_x={bx}")  # fmt: skip
     dn = plan["down"]
     dn_types = {"h_ptr": BF, "wd_ptr": BF, "swd_ptr": BF, "ids_ptr": I32, "out_ptr": BF}
     for red, pre, fl in options:

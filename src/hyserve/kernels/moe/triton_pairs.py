@@ -63,7 +63,7 @@ def _gate_up_tile(
         at = tl.zeros((wg.shape[0], 1), dtype=tl.int32) + k[None, :]
         xk = tl.load(x_row + at, mask=km[None, :], other=0.0).to(tl.float32)
         if NORM_X:
-            ss += xk * xk
+            ss += tl.sum(xk * xk, axis=1, keep_dims=True)
             xk = xk * (1.0 + tl.load(nw_ptr + at, mask=km[None, :], other=0.0).to(tl.float32))
     else:
         xk = tl.load(x_row + k, mask=km, other=0.0).to(tl.float32)[None, :]
@@ -174,11 +174,6 @@ def _gate_up_pairs_kernel(
     else:
         e = tl.load(ids_ptr + pc).to(tl.int64)
         wrow = tl.load(topk_w_ptr + pc)  # NORM_X: unused (the weight comes from the raw logits at the end)
-    if (
-        NORM_X
-    ):  # the token's top-k raw logits, loaded with the id; their softmax needs rstd (known at the end)
-        kt = tl.zeros((BLOCK_I, 1), dtype=tl.int32) + tl.arange(0, KP)[None, :]
-        raw = tl.load(topk_w_ptr + tok * K_TOP + kt, mask=kt < K_TOP, other=0.0)
     wbase = tl.where(is_shared, sw_ptr, w_ptr + e * stride_we)
     stride_n = tl.where(is_shared, stride_sn, stride_wn)
 
@@ -190,7 +185,7 @@ def _gate_up_pairs_kernel(
     u_rows = wbase + (ii + I).to(tl.int64)[:, None] * stride_n
     acc_g = tl.zeros((BLOCK_I, 1 if REDUCE_EACH else BLOCK_K), dtype=tl.float32)
     acc_u = tl.zeros((BLOCK_I, 1 if REDUCE_EACH else BLOCK_K), dtype=tl.float32)
-    ss = tl.zeros((BLOCK_I, BLOCK_K) if NORM_X else (1, 1), dtype=tl.float32)  # NORM_X: x's squares
+    ss = tl.zeros((BLOCK_I, 1), dtype=tl.float32)  # NORM_X: x's sum of squares (every row the same)
     if TMA:  # rows past the slice's end read other rows (or zeros): their results are never stored
         if is_shared:
             acc_g, acc_u, ss = _gate_up_tma(sw_desc, n * BLOCK_I, I + n * BLOCK_I, acc_g, acc_u, ss, x_row, nw_ptr,
@@ -235,6 +230,8 @@ def _gate_up_pairs_kernel(
         g = g * rstd
         u = u * rstd
         # the pair's weight: softmax over its token's top-k logits, scaled by rstd now ([BLOCK_I] from here on)
+        kt = tl.zeros((BLOCK_I, 1), dtype=tl.int32) + tl.arange(0, KP)[None, :]
+        raw = tl.load(topk_w_ptr + tok * K_TOP + kt, mask=kt < K_TOP, other=0.0)
         tw = _topk_weight(raw, pc % K_TOP, rstd, K_TOP, ROUND, x_ptr.dtype.element_ty)
         wrow = tl.where(is_shared, wrow, tw)
 
@@ -407,7 +404,8 @@ def gate_up_pairs(
     ignored where a descriptor cannot be made); L2PF (a program count: the first programs, resident while the
     router runs, prefetch the shared expert's weights into L2 before the PDL wait, ``kernels/l2_prefetch.py``;
     with PDL and a contiguous shared weight only); BCAST_X (x loaded in the tiles' layout, ``_gate_up_tile``;
-    always on with ``norm_weight``).
+    always on with ``norm_weight``); maxnreg (a register cap a thread: more programs resident an SM, e.g. the
+    ~1150 programs of a batch-1 step in one wave, at the price of spills; CUDA only).
 
     ``part``: "all" pairs in one launch, or the shared expert's rows alone ("shared") and then the routed
     pairs alone into the same ``h`` ("routed", launched right after "shared"). The routed launch then reads
@@ -479,6 +477,7 @@ def gate_up_pairs(
         BCAST_X=norm_weight is not None or bool(cfg.get("BCAST_X", False)),
         num_warps=cfg.get("num_warps", 4),
         num_stages=cfg.get("num_stages", 1),
+        **({"maxnreg": cfg["maxnreg"]} if cfg.get("maxnreg") else {}),
     )
     return h
 
@@ -498,7 +497,7 @@ def down_pairs(
     """h [T*k + T, I] -> out [T, H] (the weighted sum over the k experts plus the shared expert); with
     ``add_out`` the result is added to out's contents (the residual stream). The routing: ``topk_ids``
     [T, k], or ``logits`` and ``top_k`` as in ``gate_up_pairs``. cfg: BLOCK_H, BLOCK_I, num_warps, and
-    REDUCE_EACH / PREFETCH as in ``gate_up_pairs`` (default off)."""
+    REDUCE_EACH / PREFETCH / maxnreg as in ``gate_up_pairs`` (default off)."""
     E, H, inter = w_down.shape
     route, k_top = _routing_operands(topk_ids, None, logits, top_k, E)
     T = h.shape[0] // (k_top + 1)  # h: T*k routed rows, then T shared rows
@@ -535,6 +534,7 @@ def down_pairs(
         ROUND=round_code(h.dtype),
         num_warps=cfg.get("num_warps", 4),
         num_stages=cfg.get("num_stages", 1),
+        **({"maxnreg": cfg["maxnreg"]} if cfg.get("maxnreg") else {}),
     )
     return out
 
