@@ -26,8 +26,8 @@ variants = {
     "plain bcast": ({**base, "BCAST_X": True}, False),
     "norm_x": (base, True),
     "norm_x k128 w2 r72": ({**base, "BLOCK_K": 128, "num_warps": 2, "maxnreg": 72}, True),
-    "norm_x no l2pf": ({**base, "L2PF": None}, True),
-    "plain no l2pf": ({**base, "L2PF": None}, False),
+    "norm_x no l2pf": ({**base, "L2PF": 0}, True),
+    "plain no l2pf": ({**base, "L2PF": 0}, False),
 }
 rows = []
 for name, (cfg, nx) in variants.items():
