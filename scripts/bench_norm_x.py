@@ -2,6 +2,7 @@
 raw top-k logits), 40 launches in a CUDA graph with fresh expert ids each, real shapes."""
 
 import json
+import os
 import sys
 
 import torch
@@ -22,15 +23,18 @@ raw = torch.randn(L, 1, K, device=dev)
 wts = torch.softmax(raw, -1)
 base = json.load(open("src/hyserve/kernels/moe/configs/E256_H2048_I512_bfloat16.json"))["buckets"]["1"]["gate_up"]
 variants = {
-    "plain": (base, False),
-    "plain bcast": ({**base, "BCAST_X": True}, False),
-    "norm_x": (base, True),
-    "norm_x k128 w2 r72": ({**base, "BLOCK_K": 128, "num_warps": 2, "maxnreg": 72}, True),
-    "norm_x no l2pf": ({**base, "L2PF": 0}, True),
-    "plain no l2pf": ({**base, "L2PF": 0}, False),
+    "plain": (base, False, 1),
+    "norm_x": (base, True, 1),
+    "nx -nw": (base, True, 3),
+    "nx -ss": (base, True, 5),
+    "nx -topk": (base, True, 9),
+    "nx -shared nw": (base, True, 17),
+    "nx -all": (base, True, 31),
+    "nx -nw -ss": (base, True, 7),
 }
 rows = []
-for name, (cfg, nx) in variants.items():
+for name, (cfg, nx, flags) in variants.items():
+    os.environ["HYS_NX"] = str(flags)
     def step():
         for i in range(L):
             if nx:

@@ -63,8 +63,10 @@ def _gate_up_tile(
         at = tl.zeros((wg.shape[0], 1), dtype=tl.int32) + k[None, :]
         xk = tl.load(x_row + at, mask=km[None, :], other=0.0).to(tl.float32)
         if NORM_X:
-            ss += tl.sum(xk * xk, axis=1, keep_dims=True)
-            xk = xk * (1.0 + tl.load(nw_ptr + at, mask=km[None, :], other=0.0).to(tl.float32))
+            if (NORM_X & 4) == 0:
+                ss += tl.sum(xk * xk, axis=1, keep_dims=True)
+            if (NORM_X & 2) == 0:
+                xk = xk * (1.0 + tl.load(nw_ptr + at, mask=km[None, :], other=0.0).to(tl.float32))
     else:
         xk = tl.load(x_row + k, mask=km, other=0.0).to(tl.float32)[None, :]
     if REDUCE_EACH:
@@ -225,14 +227,16 @@ def _gate_up_pairs_kernel(
     g = tl.sum(acc_g, axis=1)
     u = tl.sum(acc_u, axis=1)
     rstd = 1.0
-    if NORM_X:  # x's RMS norm from the loads the products used; its weight went in with each tile
-        rstd = 1.0 / tl.sqrt(tl.sum(ss, axis=1) / H + eps)  # [BLOCK_I], a reduction inside each row's warp
+    if NORM_X:
+        rstd = 1.0 / tl.sqrt(tl.sum(ss, axis=1) / H + eps)
         g = g * rstd
         u = u * rstd
-        # the pair's weight: softmax over its token's top-k logits, scaled by rstd now ([BLOCK_I] from here on)
-        kt = tl.zeros((BLOCK_I, 1), dtype=tl.int32) + tl.arange(0, KP)[None, :]
-        raw = tl.load(topk_w_ptr + tok * K_TOP + kt, mask=kt < K_TOP, other=0.0)
-        tw = _topk_weight(raw, pc % K_TOP, rstd, K_TOP, ROUND, x_ptr.dtype.element_ty)
+        if (NORM_X & 8) == 0:
+            kt = tl.zeros((BLOCK_I, 1), dtype=tl.int32) + tl.arange(0, KP)[None, :]
+            raw = tl.load(topk_w_ptr + tok * K_TOP + kt, mask=kt < K_TOP, other=0.0)
+            tw = _topk_weight(raw, pc % K_TOP, rstd, K_TOP, ROUND, x_ptr.dtype.element_ty)
+        else:
+            tw = rstd * wrow
         wrow = tl.where(is_shared, wrow, tw)
 
     if HAS_SHARED_GATE:
@@ -242,7 +246,7 @@ def _gate_up_pairs_kernel(
                 k = k0 + kk
                 km = k < H
                 xk = tl.load(x_row + k, mask=km, other=0.0).to(tl.float32)
-                if NORM_X:
+                if NORM_X and (NORM_X & 16) == 0:
                     xk = xk * (1.0 + tl.load(nw_ptr + k, mask=km, other=0.0).to(tl.float32))
                 sacc += xk * tl.load(sg_ptr + k, mask=km, other=0.0).to(tl.float32)
             wrow = 1.0 / (1.0 + tl.exp(-tl.sum(sacc, axis=0) * rstd))
@@ -473,7 +477,7 @@ def gate_up_pairs(
         ROUND=round_code(x.dtype),
         TMA=int(cfg["TMA"]) if descs else 0,
         L2PF=prefetch_parts(cfg, pdl.enabled(x)) if has_shared and sw.is_contiguous() else 0,
-        NORM_X=norm_weight is not None,
+        NORM_X=int(__import__("os").environ.get("HYS_NX", "1")) if norm_weight is not None else 0,
         BCAST_X=norm_weight is not None or bool(cfg.get("BCAST_X", False)),
         num_warps=cfg.get("num_warps", 4),
         num_stages=cfg.get("num_stages", 1),
