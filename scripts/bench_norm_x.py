@@ -25,12 +25,13 @@ base = json.load(open("src/hyserve/kernels/moe/configs/E256_H2048_I512_bfloat16.
 variants = {
     "plain": (base, False, 1),
     "norm_x": (base, True, 1),
+    "nx ss wide": (base, True, 33),
     "nx -nw": (base, True, 3),
-    "nx -ss": (base, True, 5),
-    "nx -topk": (base, True, 9),
-    "nx -shared nw": (base, True, 17),
     "nx -all": (base, True, 31),
-    "nx -nw -ss": (base, True, 7),
+    "nx w2 k128": ({**base, "num_warps": 2, "BLOCK_K": 128}, True, 1),
+    "nx ss wide w2 k128": ({**base, "num_warps": 2, "BLOCK_K": 128}, True, 33),
+    "nx BI2": ({**base, "BLOCK_I": 2}, True, 1),
+    "nx ss wide BI2": ({**base, "BLOCK_I": 2}, True, 33),
 }
 rows = []
 for name, (cfg, nx, flags) in variants.items():

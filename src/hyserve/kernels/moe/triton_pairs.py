@@ -63,10 +63,14 @@ def _gate_up_tile(
         at = tl.zeros((wg.shape[0], 1), dtype=tl.int32) + k[None, :]
         xk = tl.load(x_row + at, mask=km[None, :], other=0.0).to(tl.float32)
         if NORM_X:
+            nv = tl.load(nw_ptr + at, mask=km[None, :], other=0.0).to(tl.float32)
             if (NORM_X & 4) == 0:
-                ss += tl.sum(xk * xk, axis=1, keep_dims=True)
+                if NORM_X & 32:
+                    ss += xk * xk
+                else:
+                    ss += tl.sum(xk * xk, axis=1, keep_dims=True)
             if (NORM_X & 2) == 0:
-                xk = xk * (1.0 + tl.load(nw_ptr + at, mask=km[None, :], other=0.0).to(tl.float32))
+                xk = xk * (1.0 + nv)
     else:
         xk = tl.load(x_row + k, mask=km, other=0.0).to(tl.float32)[None, :]
     if REDUCE_EACH:
@@ -187,7 +191,7 @@ def _gate_up_pairs_kernel(
     u_rows = wbase + (ii + I).to(tl.int64)[:, None] * stride_n
     acc_g = tl.zeros((BLOCK_I, 1 if REDUCE_EACH else BLOCK_K), dtype=tl.float32)
     acc_u = tl.zeros((BLOCK_I, 1 if REDUCE_EACH else BLOCK_K), dtype=tl.float32)
-    ss = tl.zeros((BLOCK_I, 1), dtype=tl.float32)  # NORM_X: x's sum of squares (every row the same)
+    ss = tl.zeros((BLOCK_I, BLOCK_K) if NORM_X & 32 else (BLOCK_I, 1), dtype=tl.float32)  # NORM_X: x's sum of squares (every row the same)
     if TMA:  # rows past the slice's end read other rows (or zeros): their results are never stored
         if is_shared:
             acc_g, acc_u, ss = _gate_up_tma(sw_desc, n * BLOCK_I, I + n * BLOCK_I, acc_g, acc_u, ss, x_row, nw_ptr,
