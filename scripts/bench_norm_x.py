@@ -25,13 +25,11 @@ base = json.load(open("src/hyserve/kernels/moe/configs/E256_H2048_I512_bfloat16.
 variants = {
     "plain": (base, False, 1),
     "norm_x": (base, True, 1),
-    "nx ss wide": (base, True, 33),
     "nx -nw": (base, True, 3),
-    "nx -all": (base, True, 31),
-    "nx w2 k128": ({**base, "num_warps": 2, "BLOCK_K": 128}, True, 1),
-    "nx ss wide w2 k128": ({**base, "num_warps": 2, "BLOCK_K": 128}, True, 33),
-    "nx BI2": ({**base, "BLOCK_I": 2}, True, 1),
-    "nx ss wide BI2": ({**base, "BLOCK_I": 2}, True, 33),
+    "nx nw->ss": (base, True, 65),
+    "nx nw 1d": (base, True, 129),
+    "nx nw 1d ss wide": (base, True, 161),
+    "nx -nw ss wide": (base, True, 35),
 }
 rows = []
 for name, (cfg, nx, flags) in variants.items():

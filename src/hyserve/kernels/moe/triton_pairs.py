@@ -63,13 +63,17 @@ def _gate_up_tile(
         at = tl.zeros((wg.shape[0], 1), dtype=tl.int32) + k[None, :]
         xk = tl.load(x_row + at, mask=km[None, :], other=0.0).to(tl.float32)
         if NORM_X:
-            nv = tl.load(nw_ptr + at, mask=km[None, :], other=0.0).to(tl.float32)
-            if (NORM_X & 4) == 0:
-                if NORM_X & 32:
-                    ss += xk * xk
-                else:
-                    ss += tl.sum(xk * xk, axis=1, keep_dims=True)
-            if (NORM_X & 2) == 0:
+            if NORM_X & 128:
+                nv = tl.load(nw_ptr + k, mask=km, other=0.0).to(tl.float32)[None, :]
+            else:
+                nv = tl.load(nw_ptr + at, mask=km[None, :], other=0.0).to(tl.float32)
+            if NORM_X & 32:
+                ss += xk * xk
+            else:
+                ss += tl.sum(xk * xk, axis=1, keep_dims=True)
+            if NORM_X & 64:
+                ss += tl.sum(nv, axis=1, keep_dims=True)
+            elif (NORM_X & 2) == 0:
                 xk = xk * (1.0 + nv)
     else:
         xk = tl.load(x_row + k, mask=km, other=0.0).to(tl.float32)[None, :]
@@ -231,16 +235,14 @@ def _gate_up_pairs_kernel(
     g = tl.sum(acc_g, axis=1)
     u = tl.sum(acc_u, axis=1)
     rstd = 1.0
-    if NORM_X:
-        rstd = 1.0 / tl.sqrt(tl.sum(ss, axis=1) / H + eps)
+    if NORM_X:  # x's RMS norm from the loads the products used; its weight went in with each tile
+        rstd = 1.0 / tl.sqrt(tl.sum(ss, axis=1) / H + eps)  # [BLOCK_I], a reduction inside each row's warp
         g = g * rstd
         u = u * rstd
-        if (NORM_X & 8) == 0:
-            kt = tl.zeros((BLOCK_I, 1), dtype=tl.int32) + tl.arange(0, KP)[None, :]
-            raw = tl.load(topk_w_ptr + tok * K_TOP + kt, mask=kt < K_TOP, other=0.0)
-            tw = _topk_weight(raw, pc % K_TOP, rstd, K_TOP, ROUND, x_ptr.dtype.element_ty)
-        else:
-            tw = rstd * wrow
+        # the pair's weight: softmax over its token's top-k logits, scaled by rstd now ([BLOCK_I] from here on)
+        kt = tl.zeros((BLOCK_I, 1), dtype=tl.int32) + tl.arange(0, KP)[None, :]
+        raw = tl.load(topk_w_ptr + tok * K_TOP + kt, mask=kt < K_TOP, other=0.0)
+        tw = _topk_weight(raw, pc % K_TOP, rstd, K_TOP, ROUND, x_ptr.dtype.element_ty)
         wrow = tl.where(is_shared, wrow, tw)
 
     if HAS_SHARED_GATE:
@@ -250,7 +252,7 @@ def _gate_up_pairs_kernel(
                 k = k0 + kk
                 km = k < H
                 xk = tl.load(x_row + k, mask=km, other=0.0).to(tl.float32)
-                if NORM_X and (NORM_X & 16) == 0:
+                if NORM_X:
                     xk = xk * (1.0 + tl.load(nw_ptr + k, mask=km, other=0.0).to(tl.float32))
                 sacc += xk * tl.load(sg_ptr + k, mask=km, other=0.0).to(tl.float32)
             wrow = 1.0 / (1.0 + tl.exp(-tl.sum(sacc, axis=0) * rstd))
