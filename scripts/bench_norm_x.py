@@ -25,11 +25,13 @@ base = json.load(open("src/hyserve/kernels/moe/configs/E256_H2048_I512_bfloat16.
 variants = {
     "plain": (base, False, 1),
     "norm_x": (base, True, 1),
+    "norm_x r56": ({**base, "maxnreg": 56}, True, 1),
     "nx -nw": (base, True, 3),
-    "nx nw->ss": (base, True, 65),
-    "nx nw 1d": (base, True, 129),
-    "nx nw 1d ss wide": (base, True, 161),
     "nx -nw ss wide": (base, True, 35),
+    "nx -nw ss wide r56": ({**base, "maxnreg": 56}, True, 35),
+    "norm_x ss wide r56": ({**base, "maxnreg": 56}, True, 33),
+    "norm_x no l2pf": ({**base, "L2PF": 0}, True, 1),
+    "norm_x no l2pf r56": ({**base, "L2PF": 0, "maxnreg": 56}, True, 1),
 }
 rows = []
 for name, (cfg, nx, flags) in variants.items():
@@ -61,3 +63,6 @@ for name, (cfg, nx, flags) in variants.items():
 gb = 9 * 2 * I * H * 2 / 1e9
 for name, us in rows:
     print(f"{name:24s} {us:7.2f} us a layer  {gb / us * 1e6 / 1e3:6.2f} TB/s", file=sys.stdout)
+for cache in tp._gate_up_pairs_kernel.device_caches.values():
+    for key, kern in cache[0].items():
+        print("regs", kern.n_regs, "spills", kern.n_spills, str(key)[-160:])
