@@ -328,6 +328,7 @@ def test_triton_paths_vs_reference(T: int, path: str) -> None:
         dict(L2PF=4),
         dict(BCAST_X=1),
         dict(BCAST_X=1, REDUCE_EACH=1, PREFETCH=1),
+        dict(PREFETCH=1, maxnreg=56),
     ],
 )
 def test_pairs_kernel_options(T: int, opts: dict) -> None:

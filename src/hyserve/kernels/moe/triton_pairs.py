@@ -63,18 +63,8 @@ def _gate_up_tile(
         at = tl.zeros((wg.shape[0], 1), dtype=tl.int32) + k[None, :]
         xk = tl.load(x_row + at, mask=km[None, :], other=0.0).to(tl.float32)
         if NORM_X:
-            if NORM_X & 128:
-                nv = tl.load(nw_ptr + k, mask=km, other=0.0).to(tl.float32)[None, :]
-            else:
-                nv = tl.load(nw_ptr + at, mask=km[None, :], other=0.0).to(tl.float32)
-            if NORM_X & 32:
-                ss += xk * xk
-            else:
-                ss += tl.sum(xk * xk, axis=1, keep_dims=True)
-            if NORM_X & 64:
-                ss += tl.sum(nv, axis=1, keep_dims=True)
-            elif (NORM_X & 2) == 0:
-                xk = xk * (1.0 + nv)
+            ss += tl.sum(xk * xk, axis=1, keep_dims=True)
+            xk = xk * (1.0 + tl.load(nw_ptr + at, mask=km[None, :], other=0.0).to(tl.float32))
     else:
         xk = tl.load(x_row + k, mask=km, other=0.0).to(tl.float32)[None, :]
     if REDUCE_EACH:
@@ -195,7 +185,7 @@ def _gate_up_pairs_kernel(
     u_rows = wbase + (ii + I).to(tl.int64)[:, None] * stride_n
     acc_g = tl.zeros((BLOCK_I, 1 if REDUCE_EACH else BLOCK_K), dtype=tl.float32)
     acc_u = tl.zeros((BLOCK_I, 1 if REDUCE_EACH else BLOCK_K), dtype=tl.float32)
-    ss = tl.zeros((BLOCK_I, BLOCK_K) if NORM_X & 32 else (BLOCK_I, 1), dtype=tl.float32)  # NORM_X: x's sum of squares (every row the same)
+    ss = tl.zeros((BLOCK_I, 1), dtype=tl.float32)  # NORM_X: x's sum of squares (every row the same)
     if TMA:  # rows past the slice's end read other rows (or zeros): their results are never stored
         if is_shared:
             acc_g, acc_u, ss = _gate_up_tma(sw_desc, n * BLOCK_I, I + n * BLOCK_I, acc_g, acc_u, ss, x_row, nw_ptr,
@@ -483,7 +473,7 @@ def gate_up_pairs(
         ROUND=round_code(x.dtype),
         TMA=int(cfg["TMA"]) if descs else 0,
         L2PF=prefetch_parts(cfg, pdl.enabled(x)) if has_shared and sw.is_contiguous() else 0,
-        NORM_X=int(__import__("os").environ.get("HYS_NX", "1")) if norm_weight is not None else 0,
+        NORM_X=norm_weight is not None,
         BCAST_X=norm_weight is not None or bool(cfg.get("BCAST_X", False)),
         num_warps=cfg.get("num_warps", 4),
         num_stages=cfg.get("num_stages", 1),
