@@ -41,20 +41,40 @@ def _resources(cubin: bytes) -> str:
 FAILED: list[str] = []  # labels of the builds that did not compile (``main`` exits 1 if any)
 
 
-def build(fn, types: dict, consts: dict, num_warps: int = 4, num_stages: int = 3, label: str = "") -> None:
+def build(
+    fn,
+    types: dict,
+    consts: dict,
+    num_warps: int = 4,
+    num_stages: int = 3,
+    label: str = "",
+    aligned: tuple[str, ...] = (),
+    maxnreg: int | None = None,
+) -> None:
+    """Compile ``fn`` for sm_90 and print its resources. Pointers, strides, D and the ``aligned`` integer
+    arguments are marked divisible by 16, as the JIT marks them at the model's shapes: without that a masked
+    load over K cannot be vectorised and the build's registers are not the GPU's (the pairs gate_up: 63
+    against 56). ``maxnreg``: the plan's register cap, if any (STACK then shows what it spills)."""
     sig = {n: "constexpr" if n in consts else types.get(n, "i32") for n in fn.arg_names}
     attrs = {
         (i,): [["tt.divisibility", 16]]
         for i, n in enumerate(fn.arg_names)
         if n not in consts
-        and (sig[n].startswith("*") or (sig[n] == "i32" and (n.startswith("stride") or n == "D")))
+        and (
+            sig[n].startswith("*")
+            or (sig[n] == "i32" and (n.startswith("stride") or n == "D" or n in aligned))
+        )
     }
     name = label or fn.__name__
     try:
         k = triton.compile(
             ASTSource(fn, sig, constexprs=consts, attrs=attrs),
             target=GPUTarget("cuda", 90, 32),
-            options={"num_warps": num_warps, "num_stages": num_stages},
+            options={
+                "num_warps": num_warps,
+                "num_stages": num_stages,
+                **({"maxnreg": maxnreg} if maxnreg else {}),
+            },
         )
     except Exception as e:  # noqa: BLE001 - report and continue
         print(f"FAIL {name}: {type(e).__name__}: {str(e)[:2000]}")
