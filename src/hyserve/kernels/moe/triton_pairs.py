@@ -57,13 +57,15 @@ def _gate_up_tile(
     (and the norm weight) loaded straight into the tiles' [BLOCK_I, BLOCK_K] layout, the same row for every i
     (L1 serves the repeats), instead of as [BLOCK_K] and broadcast through shared memory every K step (the
     GEMV's option of the same name). NORM_X (with BCAST_X): x is the block's input before its pre-norm: ss
-    [BLOCK_I, BLOCK_K] += x[k]^2 (every row the same) and x[k] is multiplied by 1 + nw[k] (the caller applies
-    rstd at the end, as the GEMV's fused norm does)."""
+    [BLOCK_I, BLOCK_K // 8] += x[k]^2 summed over runs of 8 (the 8 a thread holds after a 16-byte load: the sum
+    stays inside the thread, no shuffle in the loop; every row the same) and x[k] is multiplied by 1 + nw[k]
+    (the caller applies rstd at the end, as the GEMV's fused norm does)."""
     if BCAST_X:
         at = tl.zeros((wg.shape[0], 1), dtype=tl.int32) + k[None, :]
         xk = tl.load(x_row + at, mask=km[None, :], other=0.0).to(tl.float32)
         if NORM_X:
-            ss += tl.sum(xk * xk, axis=1, keep_dims=True)
+            sq = xk * xk
+            ss += tl.sum(tl.reshape(sq, (sq.shape[0], sq.shape[1] // 8, 8)), axis=2)
             xk = xk * (1.0 + tl.load(nw_ptr + at, mask=km[None, :], other=0.0).to(tl.float32))
     else:
         xk = tl.load(x_row + k, mask=km, other=0.0).to(tl.float32)[None, :]
@@ -185,7 +187,9 @@ def _gate_up_pairs_kernel(
     u_rows = wbase + (ii + I).to(tl.int64)[:, None] * stride_n
     acc_g = tl.zeros((BLOCK_I, 1 if REDUCE_EACH else BLOCK_K), dtype=tl.float32)
     acc_u = tl.zeros((BLOCK_I, 1 if REDUCE_EACH else BLOCK_K), dtype=tl.float32)
-    ss = tl.zeros((BLOCK_I, 1), dtype=tl.float32)  # NORM_X: x's sum of squares (every row the same)
+    ss = tl.zeros(
+        (BLOCK_I, BLOCK_K // 8), dtype=tl.float32
+    )  # NORM_X: x's squares, runs of 8 summed  # NORM_X: x's sum of squares (every row the same)
     if TMA:  # rows past the slice's end read other rows (or zeros): their results are never stored
         if is_shared:
             acc_g, acc_u, ss = _gate_up_tma(sw_desc, n * BLOCK_I, I + n * BLOCK_I, acc_g, acc_u, ss, x_row, nw_ptr,
