@@ -187,9 +187,7 @@ def _gate_up_pairs_kernel(
     u_rows = wbase + (ii + I).to(tl.int64)[:, None] * stride_n
     acc_g = tl.zeros((BLOCK_I, 1 if REDUCE_EACH else BLOCK_K), dtype=tl.float32)
     acc_u = tl.zeros((BLOCK_I, 1 if REDUCE_EACH else BLOCK_K), dtype=tl.float32)
-    ss = tl.zeros(
-        (BLOCK_I, BLOCK_K // 8), dtype=tl.float32
-    )  # NORM_X: x's squares, runs of 8 summed  # NORM_X: x's sum of squares (every row the same)
+    ss = tl.zeros((BLOCK_I, BLOCK_K // 8), dtype=tl.float32)  # NORM_X: x^2 in runs of 8, rows alike
     if TMA:  # rows past the slice's end read other rows (or zeros): their results are never stored
         if is_shared:
             acc_g, acc_u, ss = _gate_up_tma(sw_desc, n * BLOCK_I, I + n * BLOCK_I, acc_g, acc_u, ss, x_row, nw_ptr,
