@@ -42,7 +42,10 @@ gdn = importlib.import_module("hyserve.kernels.gdn_decode_step.triton_kernel")
 linear = importlib.import_module("hyserve.kernels.linear")
 moe_configs = importlib.import_module("hyserve.kernels.moe.configs")
 greedy = importlib.import_module("hyserve.kernels.greedy_head.triton_kernel")
-GEMV_SHAPES = ("12352x2048", "2048x4096", "9216x2048")  # in_proj, out_proj / o_proj, attention qkv
+# in_proj, out_proj / o_proj, attention qkv; then the same with the routed projections' 256 router rows (their own
+# entries in gemv.json, one token only: kernels/routed_projection), tuned where the table has them
+ROUTED_SHAPES = ("12608x2048", "2304x4096", "9472x2048")
+GEMV_SHAPES = ("12352x2048", "2048x4096", "9216x2048", *ROUTED_SHAPES)
 
 
 def knobs(groups: set[str], state: dict, batch: int = 1) -> list[Knob]:
@@ -52,12 +55,13 @@ def knobs(groups: set[str], state: dict, batch: int = 1) -> list[Knob]:
     and which GEMV shapes take that many rows (``max_rows``); the GEMV tiles and the attention config serve
     every batch size, so they are tuned at batch 1."""
     out = []
+    shapes = [s for s in GEMV_SHAPES if s in state["gemv"]]
     if batch > 1:
         if "gemv" in groups:  # None: no cap (every row count up to GEMV_MAX_ROWS)
-            out += [Knob(("gemv", s, "max_rows"), (1, 2, None)) for s in GEMV_SHAPES]
+            out += [Knob(("gemv", s, "max_rows"), (1, 2, None)) for s in shapes if s not in ROUTED_SHAPES]
         groups = groups - {"gemv", "attention"}
     if "gemv" in groups:
-        for s in GEMV_SHAPES:
+        for s in shapes:
             out += [
                 Knob(("gemv", s, "BLOCK_N"), (1, 2, 4, 8)),
                 Knob(("gemv", s, "BLOCK_K"), (512, 1024, 2048)),
@@ -92,9 +96,7 @@ def knobs(groups: set[str], state: dict, batch: int = 1) -> list[Knob]:
             )
         )
     if "options" in groups:
-        for s in (
-            GEMV_SHAPES if batch == 1 else ()
-        ):  # TMA: a K tile of at most 256 (kernels/linear), whole plans
+        for s in shapes if batch == 1 else ():  # TMA: a K tile of at most 256 (kernels/linear), whole plans
             plan = state["gemv"][s]
             out.append(Knob(("gemv", s), tuple({**plan, "BLOCK_K": 256, "TMA": st} for st in (3, 4))))
         out += [
@@ -160,7 +162,7 @@ class StepBench:
         t = self.tables
         _, bv, warps = t["gdn"][self.gdn_entry]
         return {
-            "gemv": {s: dict(t["gemv"][s]) for s in GEMV_SHAPES},
+            "gemv": {s: dict(t["gemv"][s]) for s in GEMV_SHAPES if s in t["gemv"]},
             "moe": json.loads(json.dumps(t["moe"][self.moe_bucket])),
             "gdn": {"bv": bv, "warps": warps},
             "attention": dict(t["attention"]["decode"]["default"]),

@@ -57,14 +57,14 @@ def main() -> None:
             types = dict(gemv_types, w_desc=f"tensordesc<bf16[{plan['BLOCK_N']}, {bk}]>" if tma else BF)
             consts = dict(BLOCK_M=1, BLOCK_N=plan["BLOCK_N"], BLOCK_K=bk, HAS_NORM=norm, HAS_RES=res,
                           REDUCE_EACH=red, TMA=tma, BCAST_X=bx, HAS_RAW=raw, USE_PDL=True)  # fmt: skip
-            build(gemv._gemv_kernel, types, consts, plan.get("num_warps", 4), 1,
+            build(gemv._gemv_kernel, types, consts, plan.get("num_warps", 4), 1, aligned=("N", "K"),
                   label=f"gemv {shape} norm={norm} res={res} reduce_each={red} tma={tma} bcast_x={bx} raw={raw}")  # fmt: skip
     out_plan = _plans()["2048x4096"]
     route_types = {"a_ptr": BF, "w_ptr": BF, "h_ptr": BF, "part_ptr": BF, "raw_ptr": F32, "counter_ptr": I32,
                    "ids_ptr": I32, "top_ptr": F32}  # fmt: skip
     build(routed._project_route_kernel, route_types, dict(BLOCK_N=out_plan["BLOCK_N"], BLOCK_K=out_plan["BLOCK_K"],
           BCAST_X=bool(out_plan.get("BCAST_X")), EP=256, TOP_K=8, KP=8, USE_PDL=True), out_plan.get("num_warps", 4),
-          1, label="routed out-projection")  # fmt: skip
+          1, label="routed out-projection", aligned=("H", "K", "E"))  # fmt: skip
     plan = get_plan(1, 256, 2048, 512, 8, torch.bfloat16)
     router_types = {"x_ptr": BF, "nw_ptr": BF, "xn_ptr": BF, "eps": "fp32", "gw_ptr": BF, "scratch_ptr": F32,
                     "counter_ptr": I32, "ids_ptr": I32, "w_ptr": F32, "sorted_ptr": I32, "meta_ptr": I32}  # fmt: skip

@@ -30,7 +30,7 @@ class RoutedProjections:
                 f"routed projections need GEMV plans for [{n_in}, {hidden}] and [{n_out}, {k_out}] whose row "
                 f"blocks divide {num_experts} experts, and an out-projection onto the hidden size {hidden}"
             )
-        self.plan_in, self.plan_out = found
+        self._shapes = (n_in, hidden, n_out, k_out, num_experts)
         wr, m = rp.build_router_rows(moe.gate.weight, norm.weight, out_proj.weight)
         self.w_in = torch.cat([in_proj.weight.data, wr])  # [n_in + E, H]
         self.w_out = torch.cat(
@@ -43,6 +43,11 @@ class RoutedProjections:
         self._routing: tuple[torch.Tensor, torch.Tensor] | None = None  # for the MoE block: ids, raw logits
         in_proj.fusion, out_proj.fusion, moe.routed = self.project_in, self.project_out, self
 
+    def _plans(self) -> tuple[dict | None, dict | None]:
+        """The GEMV plans now (looked up per call, which only capture and eager steps make, so a tuner's tables
+        take effect when it re-captures); (None, None), the reference path, if they no longer fit."""
+        return rp.plans(*self._shapes) or (None, None)
+
     @property
     def nbytes(self) -> int:
         """The router rows added to the two weights."""
@@ -54,7 +59,7 @@ class RoutedProjections:
         """The in-projection at one token: its output, ``W_r' h0`` kept; None (not taken) otherwise."""
         if norm is None or residual is not None or not rp.fast(x, self.w_in):
             return None
-        y = rp.project_in(x, self.w_in, self.n_in, norm.weight, norm.eps, self.plan_in)
+        y = rp.project_in(x, self.w_in, self.n_in, norm.weight, norm.eps, self._plans()[0])
         self._partial = y[:, self.n_in :]
         return y[:, : self.n_in]
 
@@ -63,7 +68,7 @@ class RoutedProjections:
         partial, self._partial = self._partial, None
         if partial is None or norm is not None or residual is None:
             return None
-        self._routing = rp.project_out_route(a, self.w_out, residual, partial, self.top_k, self.plan_out)
+        self._routing = rp.project_out_route(a, self.w_out, residual, partial, self.top_k, self._plans()[1])
         return residual
 
     def take_routing(self) -> tuple[torch.Tensor, torch.Tensor] | None:

@@ -29,9 +29,12 @@ _DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 
 
 def plans(n_in: int, k_in: int, n_out: int, k_out: int, num_experts: int) -> tuple[dict, dict] | None:
-    """The GEMV plans of the in-projection [n_in, k_in] and the out-projection [n_out, k_out] that serve one
-    token, if both exist and their row blocks divide the extra rows (else None: the feature stays off)."""
-    p_in, p_out = gemv_plan(n_in, k_in), gemv_plan(n_out, k_out)
+    """The GEMV plans of the in-projection [n_in, k_in] and the out-projection [n_out, k_out] with the router's
+    rows, if both exist and their row blocks divide the extra rows (else None: the feature stays off). Each is
+    the GEMV table's entry for the extended shape ([n + E, k]: its grid has E / BLOCK_N more programs, which can
+    cost the kernel a partial second wave where the plain one fits one), else the plain shape's."""
+    p_in = gemv_plan(n_in + num_experts, k_in) or gemv_plan(n_in, k_in)
+    p_out = gemv_plan(n_out + num_experts, k_out) or gemv_plan(n_out, k_out)
     if p_in is None or p_out is None:
         return None
     if n_in % p_in["BLOCK_N"] or n_out % p_out["BLOCK_N"] or num_experts % p_out["BLOCK_N"]:

@@ -171,3 +171,22 @@ def test_rejects_two_tokens():
     with pytest.raises(ValueError, match="one token"):
         project_out_route_triton(a2, lay.w_o_ext, lay.h0.repeat(2, 1), torch.zeros(2, 16, device=DEVICE), 4,
                                  dict(BLOCK_N=1, BLOCK_K=64))  # fmt: skip
+
+
+def test_plans_prefer_the_extended_shapes(monkeypatch):
+    """The projections with the router's rows take the GEMV table's entries for [n + E, k] where it has them,
+    else the plain shapes'; a row block that does not divide E turns the feature off."""
+    import hyserve.kernels.routed_projection as rp
+
+    table = {
+        (40, 64): dict(BLOCK_N=4, BLOCK_K=64),
+        (96, 128): dict(BLOCK_N=4, BLOCK_K=128),
+        (112, 128): dict(BLOCK_N=2, BLOCK_K=128, num_warps=2),
+    }
+    monkeypatch.setattr(rp, "gemv_plan", lambda n, k: table.get((n, k)))
+    p_in, p_out = rp.plans(40, 64, 96, 128, 16)
+    assert p_in is table[(40, 64)] and p_out is table[(112, 128)]
+    table[(56, 64)] = dict(BLOCK_N=16, BLOCK_K=64)
+    assert rp.plans(40, 64, 96, 128, 16) is None  # 16 does not divide n_in = 40
+    del table[(56, 64)], table[(96, 128)], table[(112, 128)]
+    assert rp.plans(40, 64, 96, 128, 16) is None
