@@ -7,6 +7,9 @@ pairs gate_up and down kernels and their options, the grouped down kernels' resi
 decode attention, at the model's shapes and tiles (bf16, PDL on). The CPU interpreter runs code the GPU
 compiler may reject, so run this before spending device time on a change; it is not the JIT's launch path,
 though (a ``None`` operand that failed at launch on the H200 compiled here), so it narrows the risk only.
+Where the batch-1 grid is known it also prints the CTAs that fit an SM and the waves the grid makes: a grid just
+past a whole wave (the pairs gate_up at 64 registers: 1152 programs, 8 an SM, 1.09 waves) costs the step more
+than any instruction count here.
 """
 
 from __future__ import annotations
@@ -58,13 +61,14 @@ def main() -> None:
             consts = dict(BLOCK_M=1, BLOCK_N=plan["BLOCK_N"], BLOCK_K=bk, HAS_NORM=norm, HAS_RES=res,
                           REDUCE_EACH=red, TMA=tma, BCAST_X=bx, HAS_RAW=raw, USE_PDL=True)  # fmt: skip
             build(gemv._gemv_kernel, types, consts, plan.get("num_warps", 4), 1, aligned=("N", "K"),
+                  programs=-(-int(shape.split("x")[0]) // plan["BLOCK_N"]),
                   label=f"gemv {shape} norm={norm} res={res} reduce_each={red} tma={tma} bcast_x={bx} raw={raw}")  # fmt: skip
     out_plan = _plans()["2048x4096"]
     route_types = {"a_ptr": BF, "w_ptr": BF, "h_ptr": BF, "part_ptr": BF, "raw_ptr": F32, "counter_ptr": I32,
                    "ids_ptr": I32, "top_ptr": F32}  # fmt: skip
     build(routed._project_route_kernel, route_types, dict(BLOCK_N=out_plan["BLOCK_N"], BLOCK_K=out_plan["BLOCK_K"],
           BCAST_X=bool(out_plan.get("BCAST_X")), EP=256, TOP_K=8, KP=8, USE_PDL=True), out_plan.get("num_warps", 4),
-          1, label="routed out-projection", aligned=("H", "K", "E"))  # fmt: skip
+          1, label="routed out-projection", aligned=("H", "K", "E"), programs=(256 + 2048) // out_plan["BLOCK_N"])  # fmt: skip
     plan = get_plan(1, 256, 2048, 512, 8, torch.bfloat16)
     router_types = {"x_ptr": BF, "nw_ptr": BF, "xn_ptr": BF, "eps": "fp32", "gw_ptr": BF, "scratch_ptr": F32,
                     "counter_ptr": I32, "ids_ptr": I32, "w_ptr": F32, "sorted_ptr": I32, "meta_ptr": I32}  # fmt: skip
@@ -101,6 +105,7 @@ def main() -> None:
                     for nx, bx in ((0, 0), (0, 1), (1, 1)) if plain else ((0, 0),):  # NORM_X, BCAST_X
                         build(triton_pairs._gate_up_pairs_kernel, types, dict(consts, NORM_X=nx, BCAST_X=bx),
                               gu.get("num_warps", 4), 1, aligned=("H", "I", "E", "sw_bytes"), maxnreg=gu.get("maxnreg"),
+                              programs=-(-512 // gu["BLOCK_I"]) * 9,
                               label=f"pairs gate_up reduce_each={red} prefetch={pre} "
                               f"late_wait={late} logits={fl} tma={stages} l2pf={pf} norm_x={nx} bcast_x={bx}")  # fmt: skip
     dn = plan["down"]
@@ -109,7 +114,7 @@ def main() -> None:
         consts = dict(K_TOP=8, KP=8, EP=256, BLOCK_H=dn["BLOCK_H"], BLOCK_I=dn["BLOCK_I"], HAS_SHARED=True,
                       ADD_OUT=True, REDUCE_EACH=red, PREFETCH=pre, FROM_LOGITS=fl, ROUND=1, USE_PDL=True)  # fmt: skip
         types = dict(dn_types, ids_ptr=F32) if fl else dn_types
-        build(triton_pairs._down_pairs_kernel, types, consts, dn.get("num_warps", 4), 1,
+        build(triton_pairs._down_pairs_kernel, types, consts, dn.get("num_warps", 4), 1, programs=2048 // dn["BLOCK_H"],
               label=f"pairs down reduce_each={red} prefetch={pre} logits={fl}")  # fmt: skip
     sum_types = {"y_ptr": BF, "out_ptr": BF}
     build(triton_prefill._sum_kernel, sum_types, dict(K_TOP=8, HAS_SHARED=True, BLOCK_T=1, BLOCK_H=256,
