@@ -27,3 +27,15 @@ def test_kernels_compile_for_sm90(module):
     run = subprocess.run([sys.executable, "-m", module], env=env, capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     assert "FAIL" not in run.stdout and run.stdout.count("ok ") >= 8
+
+
+def test_waves_on_the_h200():
+    """The occupancy arithmetic behind aot_check's waves: registers in 256s a warp, the 2048-thread and 32-CTA
+    limits, 1 KB of shared memory reserved a CTA; the batch-1 grids it explained on the H200."""
+    from hyserve.kernels.gated_delta_rule.aot_check import waves
+
+    assert waves(1152, 4, 56, 16) == (9, 1152 / (9 * 132))  # the pairs gate_up capped: one wave
+    assert waves(1152, 4, 63, 16)[0] == 8  # 63 registers allocate as 64: 1.09 waves
+    assert waves(2304, 4, 31, 256) == (16, 2304 / 2112)  # the routing out-projection: the thread limit
+    assert waves(2304, 2, 31, 256)[0] == 32  # two warps a CTA: the 32-CTA limit, one wave
+    assert waves(64, 4, 32, 200 * 1024)[0] == 1  # shared memory bounds it
