@@ -111,8 +111,10 @@ def knobs(groups: set[str], state: dict, batch: int = 1) -> list[Knob]:
         ]
         if batch == 1:
             out.append(Knob(("attention", "fused_reduce"), (False, True)))
-    if "regs" in groups:  # a register cap on the pairs kernels (more programs an SM, maybe spills)
+    if "regs" in groups:  # a register cap (more programs an SM, maybe spills): the pairs kernels, the GEMVs
         out += [Knob(("moe", part, "maxnreg"), (None, 56, 64, 72)) for part in ("gate_up", "down")]
+        if batch == 1:
+            out += [Knob(("gemv", s, "maxnreg"), (None, 64, 72, 80)) for s in shapes]
     if "l2pf" in groups:  # gate_up's programs prefetching the shared expert into L2 (kernels/l2_prefetch.py)
         out.append(Knob(("moe", "gate_up", "L2PF"), (None, 64, 128, 256)))
     return out

@@ -61,6 +61,7 @@ DTYPES = [torch.float32, torch.float16] + ([torch.bfloat16] if CUDA else [])
         {"BLOCK_N": 2, "BLOCK_K": 64, "TMA": 2, "REDUCE_EACH": 1},
         {"BLOCK_N": 4, "BLOCK_K": 32, "BCAST_X": 1},
         {"BLOCK_N": 1, "BLOCK_K": 32, "BCAST_X": 1},
+        {"BLOCK_N": 4, "BLOCK_K": 32, "BCAST_X": 1, "maxnreg": 64},
     ],
 )
 def test_gemv_matches_reference(shape, dtype, cfg):

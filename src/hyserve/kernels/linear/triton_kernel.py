@@ -191,7 +191,9 @@ def gemv_triton(
     reduce the products over K every tile, not once at the end: a [BLOCK_N] accumulator instead of
     [BLOCK_N, BLOCK_K], so more programs fit an SM), TMA (optional, a stage count: W through a TMA
     descriptor, the K loop pipelined that deep; BLOCK_K <= 256 for one row), BCAST_X (optional: x loaded in
-    the product's layout, ``_gemv_tile``). ``raw_from`` (with the norm; a multiple of BLOCK_N): output columns
+    the product's layout, ``_gemv_tile``), maxnreg (optional, CUDA: a register cap a thread, so more programs
+    fit an SM, spilling what does not fit; ``aot_check`` prints both). ``raw_from`` (with the norm; a multiple
+    of BLOCK_N): output columns
     from it on are ``x W^T`` without the norm (the router's rows of ``kernels/routed_projection``)."""
     M, K = x.shape
     N = weight.shape[0]
@@ -243,6 +245,7 @@ def gemv_triton(
         BCAST_X=bool(cfg.get("BCAST_X", False)),
         HAS_RAW=raw_from is not None,
         num_warps=cfg.get("num_warps", 4),
+        **({"maxnreg": cfg["maxnreg"]} if cfg.get("maxnreg") else {}),
         **launch_options(x),
     )
     return out

@@ -94,7 +94,7 @@ def project_out_route_triton(
     """One token: a [1, Hv], weight [E + H, Hv] (M, then W_o; K contiguous), residual h0 [1, H] (contiguous,
     updated in place to h1), partial ``W_r' h0`` [1, E] (unit stride) -> (topk_ids [1, k] int32, their raw
     logits [1, k] fp32). cfg: the out-projection's GEMV plan (BLOCK_N dividing H and E, BLOCK_K, num_warps,
-    BCAST_X)."""
+    BCAST_X, maxnreg)."""
     H, E = residual.shape[1], partial.shape[1]
     K = a.shape[1]
     if a.shape[0] != 1 or weight.shape != (E + H, K) or H % cfg["BLOCK_N"] or E % cfg["BLOCK_N"]:
@@ -112,6 +112,7 @@ def project_out_route_triton(
         a, weight, residual, partial, raw, ticket_counters("routed projection", dev, 1), ids, top, H, K, E,
         BLOCK_N=cfg["BLOCK_N"], BLOCK_K=cfg["BLOCK_K"], BCAST_X=bool(cfg.get("BCAST_X", False)),
         EP=triton.next_power_of_2(E), TOP_K=top_k, KP=triton.next_power_of_2(top_k),
-        num_warps=cfg.get("num_warps", 4), **launch_options(a),
+        num_warps=cfg.get("num_warps", 4), **({"maxnreg": cfg["maxnreg"]} if cfg.get("maxnreg") else {}),
+        **launch_options(a),
     )  # fmt: skip
     return ids, top
