@@ -399,7 +399,7 @@ def gate_up_pairs(
     its pre-norm, which every program applies itself (rstd from the x loads of its K loop, as the GEMV's fused
     norm), and ``topk_weights`` holds the top-k raw logits before rstd (``kernels/routed_projection``), whose
     softmax each program takes at its end. cfg: BLOCK_I, BLOCK_K,
-    num_warps, and two options (default off; ``moe.bench --pairs`` times them): REDUCE_EACH (reduce the
+    num_warps, and options (default off; ``moe.bench --pairs`` times the first two): REDUCE_EACH (reduce the
     products over K every tile instead of once at the end: fewer registers, more programs resident) and
     PREFETCH (load the next tiles before multiplying this one: two tiles in flight a program); TMA (a stage
     count: the weights through Hopper tensor descriptors, the K loop pipelined that deep; BLOCK_K <= 256,
