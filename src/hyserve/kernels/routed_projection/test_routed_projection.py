@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from hyserve.kernels.linear.triton_kernel import gemv_triton
+from hyserve.kernels.moe.test_moe import pairs_plan, rel_err
 from hyserve.kernels.routed_projection import (
     build_router_rows,
     project_in_reference,
@@ -21,11 +22,6 @@ from hyserve.kernels.tickets import ticket_counters
 CUDA = torch.cuda.is_available()
 DEVICE = "cuda" if CUDA else "cpu"
 TOL = {torch.float32: 1e-5, torch.float16: 3e-3, torch.bfloat16: 2e-2}
-
-
-def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
-    a, b = a.double(), b.double()
-    return ((a - b).norm() / b.norm().clamp_min(1e-30)).item()
 
 
 class Layer:
@@ -63,7 +59,7 @@ def test_linearity_matches_the_router():
         ids, top = project_out_route_reference(lay.a, lay.w_o_ext, h, y[:, lay.n_in :], 4)
         ref_ids, ref_w = router_reference(h, lay.router, lay.g, 1e-6, 4)
         assert torch.equal(ids, ref_ids)
-        assert _rel(_routed_weights(h, top, 1e-6), ref_w) < 1e-5
+        assert rel_err(_routed_weights(h, top, 1e-6), ref_w) < 1e-5
 
 
 CASES = [
@@ -103,8 +99,8 @@ def test_project_in_raw_rows(case):
     y = gemv_triton(lay.h0, lay.w_in_ext, p_in, out, norm_weight=lay.g_in, norm_eps=1e-6, raw_from=n_in)
     ref = project_in_reference(lay.h0, lay.w_in_ext, n_in, lay.g_in, 1e-6)
     assert not y.isnan().any()
-    assert _rel(y[:, :n_in], ref[:, :n_in]) < TOL[dtype]
-    assert _rel(y[:, n_in:], ref[:, n_in:]) < TOL[dtype]
+    assert rel_err(y[:, :n_in], ref[:, :n_in]) < TOL[dtype]
+    assert rel_err(y[:, n_in:], ref[:, n_in:]) < TOL[dtype]
     # the in-projection's own columns: the bits of the GEMV without the extra rows
     plain = gemv_triton(lay.h0, lay.w_in, p_in, norm_weight=lay.g_in, norm_eps=1e-6)
     assert torch.equal(y[:, :n_in], plain)
@@ -122,9 +118,9 @@ def test_project_out_route(case):
     ref_ids, ref_top = project_out_route_reference(lay.a, lay.w_o_ext, h_ref, partial, top_k)
     # h1: the GEMV's bits (same tiles, one cast of h0 + W_o a)
     assert torch.equal(h, gemv_triton(lay.a, lay.w_o, p_out, residual=lay.h0.clone()))
-    assert _rel(h, h_ref) < TOL[dtype]
+    assert rel_err(h, h_ref) < TOL[dtype]
     assert torch.equal(ids, ref_ids)
-    assert _rel(top, ref_top) < TOL[torch.float32]  # fp32 sums of the same products
+    assert rel_err(top, ref_top) < TOL[torch.float32]  # fp32 sums of the same products
     assert not ticket_counters("routed projection", lay.a.device, 1).any()
     again = project_out_route_triton(lay.a, lay.w_o_ext, lay.h0.clone(), partial, top_k, p_out)
     assert torch.equal(again[0], ids) and torch.equal(again[1], top)
@@ -136,7 +132,6 @@ def test_experts_take_the_routing(dtype, opts):
     """The MoE with the routed projections' top-k (the gate_up kernel applying the pre-norm and the weights'
     softmax itself) against the MoE reference with its own router on h1."""
     from hyserve.kernels.moe import fused_moe_reference
-    from hyserve.kernels.moe.test_moe import pairs_plan
     from hyserve.kernels.moe.triton_moe import fused_moe_triton
 
     H, Hv, n_in, E, top_k, inter = 64, 96, 40, 16, 4, 32
@@ -161,8 +156,8 @@ def test_experts_take_the_routing(dtype, opts):
         h1, *weights, plan=plan, norm_weight=lay.g, norm_eps=1e-6, residual=h1.clone(),
         routing=(ids, top),
     )  # fmt: skip
-    assert _rel(ref_given, ref) < TOL[dtype]
-    assert not out.isnan().any() and _rel(out, ref) < TOL[dtype]
+    assert rel_err(ref_given, ref) < TOL[dtype]
+    assert not out.isnan().any() and rel_err(out, ref) < TOL[dtype]
 
 
 def test_rejects_two_tokens():
