@@ -3,7 +3,7 @@
 usage: python scripts/tune_step.py --model DIR --load-format dummy --kv-cache-memory-gb 8 --max-num-seqs 8
        --max-model-len 8192 [--batch 1] [--prompt-len 384] [--replays 300] [--noise-us 3]
        [--groups gemv,moe,gdn,attention] [--passes 1] [--out DIR]   (--groups may add "screen", "options",
-       "l2pf", "regs")
+       "l2pf", "regs") [--shapes 12608x2048,...]
 
 Per variant: its plans patched into the kernels' tables (the GEMV plans, the MoE bucket, the DeltaNet step's
 tiles and the greedy screen's plan that serve ``--batch``, the decode attention config), that batch size's
@@ -45,17 +45,18 @@ greedy = importlib.import_module("hyserve.kernels.greedy_head.triton_kernel")
 # in_proj, out_proj / o_proj, attention qkv; then the same with the routed projections' 256 router rows (their own
 # entries in gemv.json, one token only: kernels/routed_projection), tuned where the table has them
 ROUTED_SHAPES = ("12608x2048", "2304x4096", "9472x2048")
+ROUTED_OUT = "2304x4096"  # the routing out-projection's plan: also its M_SPLIT (kernels/routed_projection)
 GEMV_SHAPES = ("12352x2048", "2048x4096", "9216x2048", *ROUTED_SHAPES)
 
 
-def knobs(groups: set[str], state: dict, batch: int = 1) -> list[Knob]:
+def knobs(groups: set[str], state: dict, batch: int = 1, only: tuple[str, ...] = GEMV_SHAPES) -> list[Knob]:
     """The knobs of the chosen groups: tile sizes (gemv, moe, gdn, attention, screen), and (options) the
     kernels' optional paths that won alone and lost in earlier steps, tried again in this one. Above batch 1
     only what serves that batch alone is tuned: the MoE bucket, the DeltaNet step's and the screen's entries,
     and which GEMV shapes take that many rows (``max_rows``); the GEMV tiles and the attention config serve
     every batch size, so they are tuned at batch 1."""
     out = []
-    shapes = [s for s in GEMV_SHAPES if s in state["gemv"]]
+    shapes = [s for s in GEMV_SHAPES if s in state["gemv"] and s in only]
     if batch > 1:
         if "gemv" in groups:  # None: no cap (every row count up to GEMV_MAX_ROWS)
             out += [Knob(("gemv", s, "max_rows"), (1, 2, None)) for s in shapes if s not in ROUTED_SHAPES]
@@ -69,6 +70,8 @@ def knobs(groups: set[str], state: dict, batch: int = 1) -> list[Knob]:
                 Knob(("gemv", s, "BCAST_X"), (None, 1)),
                 Knob(("gemv", s, "REDUCE_EACH"), (None, 1)),
             ]
+            if s == ROUTED_OUT:
+                out.append(Knob(("gemv", s, "M_SPLIT"), (None, 2, 4)))
     if "moe" in groups:
         out += [
             Knob(("moe", "router_be"), (2, 4, 8, 16)),
@@ -264,6 +267,9 @@ def main() -> None:
     parser.add_argument("--groups", default="gemv,moe,gdn,attention", help="also: screen, options, l2pf")
     parser.add_argument("--passes", type=int, default=1)
     parser.add_argument("--out", default=os.environ.get("OUT", "/tmp/tune_step"))
+    parser.add_argument(
+        "--shapes", default=",".join(GEMV_SHAPES), help="the GEMV shapes the gemv / regs groups tune"
+    )
     ns = parser.parse_args()
     ns.cuda_graph_sizes, ns.prefill_graph_sizes, ns.warmup = str(ns.batch), "none", False
     bench = StepBench(ns)
@@ -275,7 +281,7 @@ def main() -> None:
 
     best, trials = start, []
     for _ in range(ns.passes):  # a later pass starts from the last one's plans (a kept value can move others)
-        kn = knobs(set(ns.groups.split(",")), best, ns.batch)
+        kn = knobs(set(ns.groups.split(",")), best, ns.batch, tuple(ns.shapes.split(",")))
         best, more = coordinate_descent(best, kn, bench.measure, ns.noise_us, log)
         trials += more
     final = next((t.us for t in reversed(trials) if t.note == "kept"), trials[0].us)

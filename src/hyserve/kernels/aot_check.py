@@ -63,12 +63,14 @@ def main() -> None:
             build(gemv._gemv_kernel, types, consts, plan.get("num_warps", 4), 1, aligned=("N", "K"),
                   programs=-(-int(shape.split("x")[0]) // plan["BLOCK_N"]),
                   label=f"gemv {shape} norm={norm} res={res} reduce_each={red} tma={tma} bcast_x={bx} raw={raw}")  # fmt: skip
-    out_plan = _plans()["2048x4096"]
+    out_plan = _plans().get("2304x4096") or _plans()["2048x4096"]
     route_types = {"a_ptr": BF, "w_ptr": BF, "h_ptr": BF, "part_ptr": BF, "raw_ptr": F32, "counter_ptr": I32,
                    "ids_ptr": I32, "top_ptr": F32}  # fmt: skip
-    build(routed._project_route_kernel, route_types, dict(BLOCK_N=out_plan["BLOCK_N"], BLOCK_K=out_plan["BLOCK_K"],
-          BCAST_X=bool(out_plan.get("BCAST_X")), EP=256, TOP_K=8, KP=8, USE_PDL=True), out_plan.get("num_warps", 4),
-          1, label="routed out-projection", aligned=("H", "K", "E"), programs=(256 + 2048) // out_plan["BLOCK_N"])  # fmt: skip
+    for split in sorted({1, 2, 4, out_plan.get("M_SPLIT", 1)}):  # the plan's and the tuner's M_SPLIT values
+        build(routed._project_route_kernel, route_types, dict(BLOCK_N=out_plan["BLOCK_N"],
+              BLOCK_K=out_plan["BLOCK_K"], BCAST_X=bool(out_plan.get("BCAST_X")), M_SPLIT=split, EP=256, TOP_K=8,
+              KP=8, USE_PDL=True), out_plan.get("num_warps", 4), 1, label=f"routed out-projection m_split={split}",
+              aligned=("H", "K", "E"), programs=(256 * split + 2048) // out_plan["BLOCK_N"])  # fmt: skip
     plan = get_plan(1, 256, 2048, 512, 8, torch.bfloat16)
     router_types = {"x_ptr": BF, "nw_ptr": BF, "xn_ptr": BF, "eps": "fp32", "gw_ptr": BF, "scratch_ptr": F32,
                     "counter_ptr": I32, "ids_ptr": I32, "w_ptr": F32, "sorted_ptr": I32, "meta_ptr": I32}  # fmt: skip

@@ -3,8 +3,9 @@
 ``python -m hyserve.kernels.routed_projection.bench``: time (CUDA-graph replay, median; inputs rotate so the
 weights come from HBM), bytes, TB/s and % of 4.0 TB/s of
 
-- the routing out-projection ``[M; W_o]`` [256 + 2048, 4096] (the top-k included) against what it replaces: the
-  out_proj GEMV [2048, 4096] with its residual, then the fused router with its pre-norm;
+- the routing out-projection ``[M; W_o]`` [256 + 2048, 4096] (the top-k included; M_SPLIT 1, 2, 4) against what
+  it replaces: the out_proj GEMV [2048, 4096] with its residual, then the fused router with its pre-norm; and
+  against the out_proj GEMV alone (the bytes of W_o without M's 2 MB);
 - the experts' gate_up at batch 1 (8 routed pairs + the shared expert, 9 x [1024, 2048]) taking the routing as
   given (NORM_X: the pre-norm and the weights' softmax inside) against the plain kernel on a normed x, with
   the batch-1 plan and with its register cap removed (``maxnreg``: 1152 programs fit one wave at <= 56
@@ -51,11 +52,21 @@ def bench_out_projection(H: int, Hv: int, E: int, top_k: int) -> list[dict]:
         gemv_triton(a, w_o, p, residual=h0)
         return route_topk_fused(h0, gate, k, norm_weight=nw, norm_eps=1e-6)
 
-    us_routed = time_ms(Cycle(project_out_route_triton, routed)) * 1e3
+    def out_only(a, w_o, h0, gate, nw, k, p):
+        return gemv_triton(a, w_o, p, residual=h0)
+
+    rows = []
+    for split in (1, 2, 4):  # M's rows in column slices (the top-k tail under W_o's stream)
+        if split == 1 or Hv % (split * plan["BLOCK_K"]) == 0:
+            cycle = Cycle(project_out_route_triton, [(*r[:5], dict(plan, M_SPLIT=split)) for r in routed])
+            rows.append(
+                _row(f"routing out-projection [{E}+{H}, {Hv}] M_SPLIT {split}", time_ms(cycle) * 1e3, nbytes)
+            )
     us_plain = time_ms(Cycle(out_then_router, plain)) * 1e3
-    return [
-        _row(f"routing out-projection [{E}+{H}, {Hv}]", us_routed, nbytes),
+    us_out = time_ms(Cycle(out_only, plain)) * 1e3
+    return rows + [
         _row(f"out_proj [{H}, {Hv}] + router [{E}, {H}]", us_plain, (H * Hv + E * H) * 2),
+        _row(f"out_proj [{H}, {Hv}] alone", us_out, H * Hv * 2),
     ]
 
 
