@@ -70,8 +70,12 @@ def knobs(groups: set[str], state: dict, batch: int = 1, only: tuple[str, ...] =
                 Knob(("gemv", s, "BCAST_X"), (None, 1)),
                 Knob(("gemv", s, "REDUCE_EACH"), (None, 1)),
             ]
-            if s == ROUTED_OUT:
-                out.append(Knob(("gemv", s, "M_SPLIT"), (None, 2, 4)))
+            if s == ROUTED_OUT:  # M_SPLIT with a K tile that lets it divide K = 4096: whole plans
+                plan = state["gemv"][s]
+                splits = ((2048, 1), (2048, 2), (1024, 2), (1024, 4), (512, 4), (512, 8))
+                out.append(
+                    Knob(("gemv", s), tuple({**plan, "BLOCK_K": bk, "M_SPLIT": sp} for bk, sp in splits))
+                )
     if "moe" in groups:
         out += [
             Knob(("moe", "router_be"), (2, 4, 8, 16)),
