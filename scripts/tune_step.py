@@ -70,11 +70,27 @@ def knobs(groups: set[str], state: dict, batch: int = 1, only: tuple[str, ...] =
                 Knob(("gemv", s, "BCAST_X"), (None, 1)),
                 Knob(("gemv", s, "REDUCE_EACH"), (None, 1)),
             ]
-            if s == ROUTED_OUT:  # M_SPLIT with a K tile that lets it divide K = 4096: whole plans
-                plan = state["gemv"][s]
-                splits = ((2048, 1), (2048, 2), (1024, 2), (1024, 4), (512, 4), (512, 8))
+            if (
+                s == ROUTED_OUT
+            ):  # whole plans: M_SPLIT, and K tiles up to the whole row, loaded before the PDL
+                # wait while the DeltaNet step or the attention leaves HBM idle (REDUCE_EACH and a register cap
+                # keep more such programs an SM)
+                plan = {k: v for k, v in state["gemv"][s].items() if k not in ("maxnreg", "REDUCE_EACH")}
+                variants = (
+                    (2048, 1, 4, None, None), (2048, 2, 4, None, None), (2048, 2, 4, 1, None), (2048, 4, 4, 1, None),
+                    (4096, 1, 4, 1, None), (4096, 2, 4, 1, None), (4096, 2, 4, 1, 40), (4096, 2, 4, None, None),
+                    (4096, 2, 8, 1, None),
+                )  # fmt: skip
                 out.append(
-                    Knob(("gemv", s), tuple({**plan, "BLOCK_K": bk, "M_SPLIT": sp} for bk, sp in splits))
+                    Knob(
+                        ("gemv", s),
+                        tuple(
+                            {**plan, "BLOCK_K": bk, "M_SPLIT": sp, "num_warps": nw}
+                            | ({"REDUCE_EACH": 1} if re else {})
+                            | ({"maxnreg": mx} if mx else {})
+                            for bk, sp, nw, re, mx in variants
+                        ),
+                    )
                 )
     if "moe" in groups:
         out += [

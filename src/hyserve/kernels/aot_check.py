@@ -68,7 +68,8 @@ def main() -> None:
                    "ids_ptr": I32, "top_ptr": F32}  # fmt: skip
     for split in sorted({1, 2, 4, out_plan.get("M_SPLIT", 1)}):  # the plan's and the tuner's M_SPLIT values
         build(routed._project_route_kernel, route_types, dict(BLOCK_N=out_plan["BLOCK_N"],
-              BLOCK_K=out_plan["BLOCK_K"], BCAST_X=bool(out_plan.get("BCAST_X")), M_SPLIT=split, EP=256, TOP_K=8,
+              BLOCK_K=out_plan["BLOCK_K"], BCAST_X=bool(out_plan.get("BCAST_X")), REDUCE_EACH=bool(out_plan.get("REDUCE_EACH")),
+              M_SPLIT=split, EP=256, TOP_K=8,
               KP=8, USE_PDL=True), out_plan.get("num_warps", 4), 1, label=f"routed out-projection m_split={split}",
               aligned=("H", "K", "E"), programs=(256 * split + 2048) // out_plan["BLOCK_N"])  # fmt: skip
     plan = get_plan(1, 256, 2048, 512, 8, torch.bfloat16)

@@ -108,19 +108,21 @@ def test_project_in_raw_rows(case):
         gemv_triton(lay.h0, lay.w_in_ext, p_in, raw_from=n_in)
 
 
+@pytest.mark.parametrize("reduce_each", [False, True])
 @pytest.mark.parametrize("split", [1, 2, 4])
 @pytest.mark.parametrize("case", CASES)
-def test_project_out_route(case, split):
-    """M_SPLIT: M's rows in column slices, the partial logits summed by the last one (when they divide K)."""
+def test_project_out_route(case, split, reduce_each):
+    """M_SPLIT: M's rows in column slices (multiples of 16, masked tiles where BLOCK_K is longer), the partial
+    logits summed by the last program."""
     H, Hv, n_in, E, top_k, dtype, _, p_out = case
     lay = Layer(H, Hv, n_in, E, dtype, seed=1)
     partial = project_in_reference(lay.h0, lay.w_in_ext, n_in, lay.g_in, 1e-6)[:, n_in:]
     h_ref, h = lay.h0.clone(), lay.h0.clone()
-    if split > 1 and Hv % (split * p_out["BLOCK_K"]):
+    if split > 1 and Hv % (16 * split):
         with pytest.raises(ValueError, match="M_SPLIT"):
             project_out_route_triton(lay.a, lay.w_o_ext, h, partial, top_k, dict(p_out, M_SPLIT=split))
         return
-    p_out = dict(p_out, M_SPLIT=split)
+    p_out = dict(p_out, M_SPLIT=split, REDUCE_EACH=reduce_each)
     ids, top = project_out_route_triton(lay.a, lay.w_o_ext, h, partial, top_k, p_out)
     ref_ids, ref_top = project_out_route_reference(lay.a, lay.w_o_ext, h_ref, partial, top_k)
     # h1: the GEMV's bits (same tiles, one cast of h0 + W_o a)

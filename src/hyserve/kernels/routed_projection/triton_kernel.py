@@ -43,6 +43,7 @@ def _project_route_kernel(
     BLOCK_N: tl.constexpr,
     BLOCK_K: tl.constexpr,
     BCAST_X: tl.constexpr,
+    REDUCE_EACH: tl.constexpr,
     M_SPLIT: tl.constexpr,
     EP: tl.constexpr,
     TOP_K: tl.constexpr,
@@ -60,10 +61,10 @@ def _project_route_kernel(
     if M_SPLIT == 1:
         k_lo = 0
         k_hi = K
-    else:  # M's slice; W_o's programs take the full K. Multiples of BLOCK_K (the launcher checks): the hints
-        # keep W's loads as wide as the GEMV's
-        k_lo = tl.multiple_of(part * (K // M_SPLIT), BLOCK_K)
-        k_hi = tl.multiple_of(tl.where(is_route, k_lo + K // M_SPLIT, K), BLOCK_K)
+    else:  # M's slice (its tiles masked past it when it is shorter than BLOCK_K); W_o's programs take the full
+        # K. Multiples of 16 (the launcher checks): the hints keep W's loads as wide as the GEMV's
+        k_lo = tl.multiple_of(part * (K // M_SPLIT), 16)
+        k_hi = tl.multiple_of(tl.where(is_route, k_lo + K // M_SPLIT, K), 16)
     kk = tl.arange(0, BLOCK_K)
     w_rows = w_ptr + rn.to(tl.int64)[:, None] * K
     w = tl.load(w_rows + (k_lo + kk)[None, :], mask=nm[:, None] & (k_lo + kk < k_hi)[None, :], other=0.0)
@@ -73,16 +74,22 @@ def _project_route_kernel(
     r = tl.where(part == 0, r, 0.0)
     mm = tl.arange(0, 1) < 1
     x_rows = a_ptr + tl.zeros((1, 1), dtype=tl.int64)
-    acc = tl.zeros((1, BLOCK_N, BLOCK_K), dtype=tl.float32)
+    if REDUCE_EACH:  # each tile summed over k as it comes (fewer registers than a tile-shaped accumulator)
+        acc = tl.zeros((1, BLOCK_N), dtype=tl.float32)
+    else:
+        acc = tl.zeros((1, BLOCK_N, BLOCK_K), dtype=tl.float32)
     ss = tl.zeros((1, BLOCK_K), dtype=tl.float32)  # unused: no norm of a
     g0 = tl.zeros((BLOCK_K,), dtype=tl.float32)
-    acc, ss = _gemv_tile(acc, ss, w, g0, x_rows, k_lo + kk, k_lo + kk < k_hi, mm, False, False, BCAST_X)
+    acc, ss = _gemv_tile(acc, ss, w, g0, x_rows, k_lo + kk, k_lo + kk < k_hi, mm, False, REDUCE_EACH, BCAST_X)
     for k0 in range(k_lo + BLOCK_K, k_hi, BLOCK_K):
         k = k0 + kk
         km = k < k_hi
         w = tl.load(w_rows + k[None, :], mask=nm[:, None] & km[None, :], other=0.0)
-        acc, ss = _gemv_tile(acc, ss, w, g0, x_rows, k, km, mm, False, False, BCAST_X)
-    y = tl.sum(tl.sum(acc, axis=2), axis=0) + r  # [BLOCK_N] fp32
+        acc, ss = _gemv_tile(acc, ss, w, g0, x_rows, k, km, mm, False, REDUCE_EACH, BCAST_X)
+    if REDUCE_EACH:
+        y = tl.sum(acc, axis=0) + r  # [BLOCK_N] fp32
+    else:
+        y = tl.sum(tl.sum(acc, axis=2), axis=0) + r
     if is_route:
         tl.store(raw_ptr + part * E + rn, y, mask=nm)
         tl.debug_barrier()  # every store of this program before its release
@@ -115,7 +122,7 @@ def project_out_route_triton(
     """One token: a [1, Hv], weight [E + H, Hv] (M, then W_o; K contiguous), residual h0 [1, H] (contiguous,
     updated in place to h1), partial ``W_r' h0`` [1, E] (unit stride) -> (topk_ids [1, k] int32, their raw
     logits [1, k] fp32). cfg: the out-projection's GEMV plan (BLOCK_N dividing H and E, BLOCK_K, num_warps,
-    BCAST_X, maxnreg; M_SPLIT, the column slices of M's rows, 1 when absent)."""
+    BCAST_X, REDUCE_EACH, maxnreg; M_SPLIT, the column slices of M's rows, 1 when absent)."""
     H, E = residual.shape[1], partial.shape[1]
     K = a.shape[1]
     split = int(cfg.get("M_SPLIT", 1))
@@ -124,8 +131,8 @@ def project_out_route_triton(
             f"project_out_route_triton takes one token and a [{E} + {H}, {K}] weight whose rows BLOCK_N "
             f"{cfg['BLOCK_N']} divides; got a {tuple(a.shape)}, weight {tuple(weight.shape)}"
         )
-    if split < 1 or (split > 1 and K % (split * cfg["BLOCK_K"])):
-        raise ValueError(f"M_SPLIT {split} x BLOCK_K {cfg['BLOCK_K']} must divide K = {K}")
+    if split < 1 or (split > 1 and K % (16 * split)):
+        raise ValueError(f"M_SPLIT {split} must cut K = {K} into slices of a multiple of 16 columns")
     if a.stride(1) != 1 or weight.stride(1) != 1 or not residual.is_contiguous() or partial.stride(1) != 1:
         raise ValueError("project_out_route_triton needs unit column strides and a contiguous residual")
     dev = a.device
@@ -135,7 +142,8 @@ def project_out_route_triton(
     _project_route_kernel[((split * E + H) // cfg["BLOCK_N"],)](
         a, weight, residual, partial, raw, ticket_counters("routed projection", dev, 1), ids, top, H, K, E,
         BLOCK_N=cfg["BLOCK_N"], BLOCK_K=cfg["BLOCK_K"], BCAST_X=bool(cfg.get("BCAST_X", False)),
-        M_SPLIT=split, EP=triton.next_power_of_2(E), TOP_K=top_k, KP=triton.next_power_of_2(top_k),
+        REDUCE_EACH=bool(cfg.get("REDUCE_EACH", False)), M_SPLIT=split, EP=triton.next_power_of_2(E), TOP_K=top_k,
+        KP=triton.next_power_of_2(top_k),
         num_warps=cfg.get("num_warps", 4), **({"maxnreg": cfg["maxnreg"]} if cfg.get("maxnreg") else {}),
         **launch_options(a),
     )  # fmt: skip
