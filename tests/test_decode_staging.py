@@ -5,8 +5,9 @@ from __future__ import annotations
 import random
 
 import numpy as np
+import torch
 
-from hyserve.engine.cuda_graphs import stage_decode_inputs
+from hyserve.engine.cuda_graphs import stage_decode_inputs, staging_bytes, staging_views
 from hyserve.engine.sampling_params import SamplingParams
 from hyserve.engine.scheduler import ScheduledSequence, SchedulerOutput
 from hyserve.engine.sequence import Sequence
@@ -55,3 +56,22 @@ def test_staging_leaves_ids_alone_when_the_device_supplies_them():
     out = SchedulerOutput([ScheduledSequence(s, 1, sample=True) for s in seqs])
     stage_decode_inputs(out, rows, tables, BS, SPARE_BLOCK, SPARE_SLOT, with_ids=False)
     assert list(rows[0]) == [42, 42]
+
+
+def test_one_copy_of_the_staging_prefix_carries_a_step():
+    """DecodeGraphs copies one byte prefix of its staging buffer: every row and length, the step's tables."""
+    n, width, size = 8, WIDTH, 4
+    host = torch.zeros(staging_bytes(n, width), dtype=torch.uint8)
+    dev = torch.full_like(host, 0xFF)
+    h_rows, h_seq, h_tables = staging_views(host, n, width)
+    d_rows, d_seq, d_tables = staging_views(dev, n, width)
+    assert h_rows.data_ptr() == host.data_ptr() and h_tables.shape == (n, width)
+    out = SchedulerOutput([ScheduledSequence(s, 1, sample=True) for s in _seqs(random.Random(2), 3)])
+    stage_decode_inputs(out, h_rows[:, :size].numpy(), h_tables[:size].numpy(), BS, SPARE_BLOCK, SPARE_SLOT)
+    h_seq[:size].numpy()[:] = h_rows[3, :size].numpy()
+    end = staging_bytes(n, width, size)
+    dev[:end].copy_(host[:end])
+    assert torch.equal(d_rows[:, :size], h_rows[:, :size])
+    assert torch.equal(d_seq[:size], h_rows[3, :size].int())
+    assert torch.equal(d_tables[:size], h_tables[:size])
+    assert (d_tables[size:].view(torch.uint8) == 0xFF).all(), "the tables past the step are not copied"

@@ -247,9 +247,10 @@ class ModelRunner:
             s.params.greedy and s.params.logprobs is None and not writes_logits(s, offset) for s in seqs
         )
         logits, greedy = self.graphs.run(out, input_tokens, greedy_only=plain)
-        # The benchmark case: the argmax came out of the graph. Copy it out of the graph's output buffer, which
-        # the next replay (possibly launched before the host reads this one) overwrites.
-        sampled = DeviceSample(greedy.clone()) if plain else self._sample(logits, seqs, offset)
+        # The benchmark case: the argmax came out of the graph. The next replay (possibly launched before the host
+        # reads this one) overwrites the graph's output buffer, but everything that reads it is queued before
+        # that replay: the host copy right here, and the next step's input copy (``input_tokens``).
+        sampled = DeviceSample(greedy) if plain else self._sample(logits, seqs, offset)
         sampled.start_copy()
         return PendingStep(out, seqs, sampled, RunnerOutput({}, {}, {}))
 
