@@ -70,11 +70,10 @@ def knobs(groups: set[str], state: dict, batch: int = 1, only: tuple[str, ...] =
                 Knob(("gemv", s, "BCAST_X"), (None, 1)),
                 Knob(("gemv", s, "REDUCE_EACH"), (None, 1)),
             ]
-            if (
-                s == ROUTED_OUT
-            ):  # whole plans: M_SPLIT, and K tiles up to the whole row, loaded before the PDL
-                # wait while the DeltaNet step or the attention leaves HBM idle (REDUCE_EACH and a register cap
-                # keep more such programs an SM)
+            # the routing out-projection, whole plans: M_SPLIT, and K tiles up to the whole row, loaded before
+            # the PDL wait while the DeltaNet step or the attention leaves HBM idle (REDUCE_EACH and a register
+            # cap keep more such programs an SM)
+            if s == ROUTED_OUT:
                 plan = {k: v for k, v in state["gemv"][s].items() if k not in ("maxnreg", "REDUCE_EACH")}
                 variants = (
                     (2048, 1, 4, None, None), (2048, 2, 4, None, None), (2048, 2, 4, 1, None), (2048, 4, 4, 1, None),

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # A small decode batch's tile plans tuned on its own step (~1 s a variant, ~60 variants a pass, plus ~2 min of
 # start from a cold machine). Env: BATCH (1), KNOBS (the groups, e.g. gemv,moe,gdn,attention,screen,options),
-# PASSES (1), REPLAYS (300), LIMIT (540 s), SHAPES (the GEMV shapes tuned; all), NAME (the run's log and its tables' folder under $OUT: tuned).
+# PASSES (1), REPLAYS (300), LIMIT (540 s), SHAPES (the GEMV shapes tuned, comma-separated; all), NAME (the run's
+# log and its tables' folder under $OUT: tuned).
 # scripts/tune_step.py keeps what wins in the step; before committing its tables: copy them in, then
 # `hyserve verify` and the HTTP table (scripts/device/verify_serve.sh) in the next call.
 set -u

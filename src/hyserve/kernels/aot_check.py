@@ -8,8 +8,9 @@ decode attention, at the model's shapes and tiles (bf16, PDL on). The CPU interp
 compiler may reject, so run this before spending device time on a change; it is not the JIT's launch path,
 though (a ``None`` operand that failed at launch on the H200 compiled here), so it narrows the risk only.
 Where the batch-1 grid is known it also prints the CTAs that fit an SM and the waves the grid makes: a grid just
-past a whole wave (the pairs gate_up at 64 registers: 1152 programs, 8 an SM, 1.09 waves) costs the step more
-than any instruction count here.
+past a whole wave (the pairs gate_up at 64 registers: 1152 programs, 8 an SM, 1.09 waves) cost the step more than
+any instruction count here. A hint, not a rule: the routing out-projection is fastest at 1.62 waves (its plan's
+BLOCK_K 2048 loads half of each row before the PDL wait; one wave at BLOCK_N 2 lost, docs/performance.md).
 """
 
 from __future__ import annotations
@@ -67,11 +68,12 @@ def main() -> None:
     route_types = {"a_ptr": BF, "w_ptr": BF, "h_ptr": BF, "part_ptr": BF, "raw_ptr": F32, "counter_ptr": I32,
                    "ids_ptr": I32, "top_ptr": F32}  # fmt: skip
     for split in sorted({1, 2, 4, out_plan.get("M_SPLIT", 1)}):  # the plan's and the tuner's M_SPLIT values
-        build(routed._project_route_kernel, route_types, dict(BLOCK_N=out_plan["BLOCK_N"],
-              BLOCK_K=out_plan["BLOCK_K"], BCAST_X=bool(out_plan.get("BCAST_X")), REDUCE_EACH=bool(out_plan.get("REDUCE_EACH")),
-              M_SPLIT=split, EP=256, TOP_K=8,
-              KP=8, USE_PDL=True), out_plan.get("num_warps", 4), 1, label=f"routed out-projection m_split={split}",
-              aligned=("H", "K", "E"), programs=(256 * split + 2048) // out_plan["BLOCK_N"])  # fmt: skip
+        consts = dict(BLOCK_N=out_plan["BLOCK_N"], BLOCK_K=out_plan["BLOCK_K"], BCAST_X=bool(out_plan.get("BCAST_X")),
+                      REDUCE_EACH=bool(out_plan.get("REDUCE_EACH")), M_SPLIT=split, EP=256, TOP_K=8, KP=8,
+                      USE_PDL=True)  # fmt: skip
+        build(routed._project_route_kernel, route_types, consts, out_plan.get("num_warps", 4), 1,
+              label=f"routed out-projection m_split={split}", aligned=("H", "K", "E"),
+              maxnreg=out_plan.get("maxnreg"), programs=(256 * split + 2048) // out_plan["BLOCK_N"])  # fmt: skip
     plan = get_plan(1, 256, 2048, 512, 8, torch.bfloat16)
     router_types = {"x_ptr": BF, "nw_ptr": BF, "xn_ptr": BF, "eps": "fp32", "gw_ptr": BF, "scratch_ptr": F32,
                     "counter_ptr": I32, "ids_ptr": I32, "w_ptr": F32, "sorted_ptr": I32, "meta_ptr": I32}  # fmt: skip
