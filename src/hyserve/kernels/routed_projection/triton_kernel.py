@@ -54,9 +54,9 @@ def _project_route_kernel(
     n_route = M_SPLIT * (E // BLOCK_N)  # programs of M's rows (slice-major); the rest take W_o's
     is_route = pid < n_route
     part = tl.where(is_route, pid // (E // BLOCK_N), 0)  # M's column slice (0 for W_o's programs)
-    rn = tl.where(is_route, pid % (E // BLOCK_N), pid - n_route + E // BLOCK_N) * BLOCK_N + tl.arange(
-        0, BLOCK_N
-    )
+    # this program's row block of [M; W_o]
+    block = tl.where(is_route, pid % (E // BLOCK_N), pid - n_route + E // BLOCK_N)
+    rn = block * BLOCK_N + tl.arange(0, BLOCK_N)
     nm = rn < E + H
     if M_SPLIT == 1:
         k_lo = 0
