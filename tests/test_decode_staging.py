@@ -5,8 +5,11 @@ from __future__ import annotations
 import random
 
 import numpy as np
+import pytest
 import torch
 
+from checkpoints import make_checkpoint
+from hyserve import LLM
 from hyserve.engine.cuda_graphs import stage_decode_inputs, staging_bytes, staging_views
 from hyserve.engine.sampling_params import SamplingParams
 from hyserve.engine.scheduler import ScheduledSequence, SchedulerOutput
@@ -75,3 +78,27 @@ def test_one_copy_of_the_staging_prefix_carries_a_step():
     assert torch.equal(d_seq[:size], h_rows[3, :size].int())
     assert torch.equal(d_tables[:size], h_tables[:size])
     assert (d_tables[size:].view(torch.uint8) == 0xFF).all(), "the tables past the step are not copied"
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a GPU")
+def test_graph_replays_with_launched_ahead_steps_match_eager_steps(tmp_path):
+    """The staging kernel end to end: replayed steps (inputs read from pinned memory, launched-ahead ids laid
+    over them, tokens written back by ``copy_words``) give the eager steps' tokens while the batch shrinks and
+    grows (rows change, padded rows appear) and with logprobs (the non-greedy graph and sampler path)."""
+    model_dir = make_checkpoint(tmp_path, seed=5)
+    prompts = [[5, 9, 13, 200], [7, 7, 7], [300, 2, 18, 44, 61], [1, 2], [90, 91, 92, 93, 94, 95]]
+    params = [SamplingParams(temperature=0.0, max_tokens=m, ignore_eos=True) for m in (3, 17, 9, 12, 6)]
+    params[2] = SamplingParams(temperature=0.0, max_tokens=9, ignore_eos=True, logprobs=2)
+    outs = {}
+    for eager in (True, False):
+        # a graph for every batch size the run meets (no padding: the eager step's plans and bits); the
+        # options that enforce_eager turns off are off in both runs
+        llm = LLM(str(model_dir), device="cuda", progress=False, max_num_seqs=8, kv_cache_memory_gb=1,
+                  enforce_eager=eager, cuda_graph_sizes=[1, 2, 3, 4, 5], prefill_graph_sizes=[], warmup=False,
+                  greedy_screen=False, routed_projections=False)  # fmt: skip
+        assert (llm.engine.runner.graphs is None) == eager
+        got = llm.generate(prompts, params)
+        outs[eager] = [(o.outputs[0].token_ids, o.outputs[0].logprobs) for o in got]
+        del llm
+    assert [t for t, _ in outs[False]] == [t for t, _ in outs[True]]
+    assert outs[False][2][1] is not None and len(outs[False][2][1]) == 9

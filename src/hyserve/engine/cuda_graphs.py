@@ -19,6 +19,7 @@ import torch
 from tqdm import tqdm
 
 from hyserve.engine.scheduler import SchedulerOutput
+from hyserve.kernels.copy_words import copy_words
 from hyserve.model.batch import ForwardBatch, ModelCache
 
 log = logging.getLogger(__name__)
@@ -72,11 +73,11 @@ class DecodeGraphs(GraphSet):
     def _allocate(self, n: int, width: int) -> None:
         device = self.device
         # The step's inputs in one byte buffer, [rows | seq_lens32 | tables], so that a step's staging is one
-        # host-to-device copy (each copy or cast kernel between two replays costs the GPU ~2-5 us: 1.9 ms
-        # steps at batch 1): rows [5, n] int64 (ids, pos, slot, len, state), seq_lens32 [n] int32 (len again,
-        # for the attention kernels), tables [n, width] int32. Pinned host staging, two sets: with async
-        # scheduling the next step's inputs are written while the previous step's copy may still be queued,
-        # so each set is reused only after its copy completed.
+        # copy kernel (each copy or cast between two replays costs the GPU ~2-5 us: 1.9 ms steps at batch 1):
+        # rows [5, n] int64 (ids, pos, slot, len, state), seq_lens32 [n] int32 (len again, for the attention
+        # kernels), tables [n, width] int32. Pinned host staging, two sets: with async scheduling the next
+        # step's inputs are written while the previous step's copy may still be queued, so each set is reused
+        # only after its copy completed.
         self.host_stage = [
             torch.zeros(staging_bytes(n, width), dtype=torch.uint8).pin_memory() for _ in range(2)
         ]
@@ -185,9 +186,10 @@ class DecodeGraphs(GraphSet):
         )
         self.host_seq32[turn][:size].numpy()[:] = host_rows[3, :size].numpy()
         end = staging_bytes(self.rows.shape[1], self.tables.shape[1], size)
-        self.stage[:end].copy_(self.host_stage[turn][:end], non_blocking=True)
-        if input_tokens is not None:
-            self.rows[0, :n].copy_(input_tokens)
+        # one kernel reads the pinned staging and lays the launched-ahead ids over rows[0, :n] (copy_words:
+        # no copy-engine hop between two replays)
+        overlay = None if input_tokens is None else input_tokens.contiguous()
+        copy_words(self.host_stage[turn][:end], self.stage[:end], overlay=overlay)
         self.copied[turn].record()
         captured = (greedy_only and self.greedy_graphs.get(size)) or self.graphs[size]
         captured.graph.replay()

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import torch
 
 from hyserve.engine.sequence import Sequence
+from hyserve.kernels.copy_words import copy_words
 
 _SEED_STRIDE = 1_000_003
 
@@ -43,9 +44,7 @@ class DeviceSample:
         if not self.tokens.is_cuda or self._ready is not None:
             return
         self._host = [
-            None
-            if t is None
-            else torch.empty(t.shape, dtype=t.dtype, pin_memory=True).copy_(t, non_blocking=True)
+            None if t is None else _to_pinned(t)
             for t in (self.tokens, self.logprobs, self.top_values, self.top_ids)
         ]
         self._ready = torch.cuda.Event()
@@ -66,6 +65,15 @@ class DeviceSample:
                 k = seqs[i].params.logprobs or 0
                 top[i] = list(zip(t[:k], v[:k]))
         return SamplerOutput(tokens, logprobs_t.tolist(), top)
+
+
+def _to_pinned(t: torch.Tensor) -> torch.Tensor:
+    """A pinned host copy of t, queued: written by a kernel (``copy_words``: no copy-engine hop between two
+    decode steps) when t is contiguous, else by the copy engine."""
+    host = torch.empty(t.shape, dtype=t.dtype, pin_memory=True)
+    if t.is_contiguous():
+        return copy_words(t, host)
+    return host.copy_(t, non_blocking=True)
 
 
 def writes_logits(seq: Sequence, offset: int = 0) -> bool:
