@@ -83,8 +83,8 @@ def test_one_copy_of_the_staging_prefix_carries_a_step():
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a GPU")
 def test_graph_replays_with_launched_ahead_steps_match_eager_steps(tmp_path):
     """The staging kernel end to end: replayed steps (inputs read from pinned memory, launched-ahead ids laid
-    over them, tokens written back by ``copy_words``) give the eager steps' tokens while the batch shrinks and
-    grows (rows change, padded rows appear) and with logprobs (the non-greedy graph and sampler path)."""
+    over them, tokens written back by ``copy_words``) give the eager steps' tokens while the batch shrinks from 5
+    rows to 1 as requests finish (rows move), one of them with logprobs (the full graph and the sampler)."""
     model_dir = make_checkpoint(tmp_path, seed=5)
     prompts = [[5, 9, 13, 200], [7, 7, 7], [300, 2, 18, 44, 61], [1, 2], [90, 91, 92, 93, 94, 95]]
     params = [SamplingParams(temperature=0.0, max_tokens=m, ignore_eos=True) for m in (3, 17, 9, 12, 6)]

@@ -24,7 +24,7 @@ def _words(n: int, seed: int) -> torch.Tensor:
 def test_kernel_matches_torch(n, m):
     src = _words(n, n).to(DEVICE)
     overlay = _words(m, m + 1).to(DEVICE) if m else None
-    got = torch.full((n + 7,), -1, dtype=torch.int32, device=DEVICE)  # NaN-style poison past the copy
+    got = torch.full((n + 7,), -1, dtype=torch.int32, device=DEVICE)  # poison past the copy
     want = got.clone()
     copy_words_triton(src, got, overlay)
     copy_words_reference(src, want, overlay)
@@ -35,9 +35,8 @@ def test_kernel_matches_torch(n, m):
 @pytest.mark.skipif(not CUDA, reason="pinned host memory is read and written by a kernel on a GPU")
 @pytest.mark.parametrize("direction", ["to_device", "to_host"])
 def test_pinned_host_memory_either_side(direction):
-    rows = (
-        torch.arange(40, dtype=torch.int64).reshape(5, 8) * 1_000_000_007
-    )  # words that differ in both halves
+    # int64 values whose two 32-bit words both vary
+    rows = torch.arange(40, dtype=torch.int64).reshape(5, 8) * 1_000_000_007
     ids = torch.tensor([11, -3, 2**40], dtype=torch.int64, device="cuda")
     if direction == "to_device":
         src, dst = rows.pin_memory(), torch.zeros(5, 8, dtype=torch.int64, device="cuda")
