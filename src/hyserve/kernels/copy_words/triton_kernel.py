@@ -13,7 +13,10 @@ import triton.language as tl
 BLOCK = 1024
 
 
-@triton.jit
+# Not specialised on the counts (Triton would build a variant for 1, for multiples of 16 and for the rest): one
+# build serves every step's staging, overlay and read-back, and the start-up's warm-up steps make it, so a
+# first request never waits for a compile
+@triton.jit(do_not_specialize=["n_words", "n_overlay"])
 def _copy_words_kernel(src_ptr, dst_ptr, overlay_ptr, n_words, n_overlay, BLOCK: tl.constexpr):
     offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
     from_overlay = offs < n_overlay
