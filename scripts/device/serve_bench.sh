@@ -28,8 +28,8 @@ bench decode --scenario decode
 bench ttft --scenario ttft --ttft-reps 5
 steps() {  # the engine-step histograms of /metrics (cumulative): where the time of a run went
   python3 -c "import urllib.request as u; print(u.urlopen('http://127.0.0.1:$PORT/metrics').read().decode())" \
-    | grep -E "^hyserve:iteration_(seconds|tokens)_(sum|count)" | sed 's/{model_name="[^"]*",/{/'
-}
+    | grep -E "^hyserve:iteration_(seconds|tokens)_(sum|count)" | sed 's/{model_name="[^"]*",/{/; s/^hyserve://'
+}  # without the "hyserve:" prefix: the callers' `grep -v "^hyserve:"` (the CLI's log lines) would drop them
 echo "== engine steps before c32"; steps
 bench c32 --scenario throughput --concurrency 32 --num-prompts 128 --warmup 0
 echo "== engine steps after c32"; steps
