@@ -38,7 +38,7 @@ class _EagerGraphs:
         batch = self.runner.prepare(out)
         if input_tokens is not None:
             batch.input_ids = input_tokens
-        hidden = self.runner.model(batch, self.runner.cache)[batch.logits_indices]
+        hidden = self.runner.model(batch, self.runner.cache)
         if greedy_only:
             return None, self.runner.model.compute_greedy(hidden)
         return self.runner.model.compute_logits_and_greedy(hidden)

@@ -17,7 +17,7 @@ import torch
 from checkpoints import load_reference, make_checkpoint
 from hyserve import LLM
 from hyserve.kernels.moe.test_moe import pairs_plan, small_plan
-from test_model_vs_transformers import _rel, _score
+from test_model_vs_transformers import _rel, _score, last_rows_forward
 
 linear_op = importlib.import_module("hyserve.kernels.linear")
 triton_moe = importlib.import_module("hyserve.kernels.moe.triton_moe")
@@ -91,3 +91,16 @@ def test_routed_projections_match_transformers(checkpoint, triton_kernels, monke
     assert _rel(got[:20], expected[:20]) < REL_TOL
     for pos in range(20, 24):
         assert _rel(got[pos], expected[pos]) < REL_TOL, pos
+
+
+def test_prefill_sampled_rows_match_transformers(checkpoint, triton_kernels):
+    """A prefill that samples one row of each of two prompts: the earlier layers' MoE runs at all 27 tokens
+    (the grouped kernels), the last layer's at the 2 sampled rows only (the pairs kernel)."""
+    path, ref = checkpoint
+    llm = LLM(str(path), device="cpu", dtype="float32", progress=False, max_model_len=128)
+    gen = torch.Generator().manual_seed(6)
+    prompts = [torch.randint(0, 500, (n,), generator=gen).tolist() for n in (20, 7)]
+    got = last_rows_forward(llm, prompts, [True, True])
+    assert got.shape[0] == 2 and triton_kernels["pairs"] > 0
+    for row, p in zip(got, prompts):
+        assert _rel(row, ref(torch.tensor([p])).logits[0, -1]) < REL_TOL

@@ -75,6 +75,38 @@ def test_chunked_prefill_and_decode_steps_match(checkpoint):
         assert _rel(got[pos], expected[pos]) < REL_TOL, pos
 
 
+def last_rows_forward(llm: LLM, prompts: list[list[int]], sampled: list[bool]) -> torch.Tensor:
+    """One step that prefills every prompt whole, sampling those marked: the model's logits [L, V] (L = the
+    sampled prompts' last rows; the last layer's FFN runs at those rows only)."""
+    engine = llm.engine
+    seqs = [Sequence(f"s{i}", p, SamplingParams()) for i, p in enumerate(prompts)]
+    for seq, p in zip(seqs, prompts, strict=True):
+        engine.cache_manager.allocate(seq, len(p))
+    out = SchedulerOutput([ScheduledSequence(s, len(p), sample=w) for s, p, w in zip(seqs, prompts, sampled)])
+    batch = engine.runner.prepare(out)
+    with torch.inference_mode():
+        logits = engine.runner.model.compute_logits(engine.runner.model(batch, engine.runner.cache))
+    for seq in seqs:
+        engine.cache_manager.free(seq)
+    return logits
+
+
+def test_last_layer_ffn_at_the_sampled_rows_only(checkpoint):
+    """A prefill step returns the rows that need logits only (the last layer's FFN skips the others): the
+    sampled prompts' last rows match transformers there, and a step that samples nothing returns no row."""
+    path, ref = checkpoint
+    llm = _engine(path)
+    gen = torch.Generator().manual_seed(4)
+    prompts = [torch.randint(0, 500, (n,), generator=gen).tolist() for n in (5, 30, 12)]
+    sampled = [True, False, True]
+    got = last_rows_forward(llm, prompts, sampled)
+    wanted = [p for p, s in zip(prompts, sampled) if s]
+    assert got.shape[0] == len(wanted)
+    for row, p in zip(got, wanted):
+        assert _rel(row, ref(torch.tensor([p])).logits[0, -1]) < REL_TOL
+    assert last_rows_forward(llm, prompts[1:2], [False]).shape[0] == 0
+
+
 def test_greedy_generation_matches_transformers(checkpoint):
     path, ref = checkpoint
     llm = _engine(path)

@@ -127,7 +127,7 @@ class PrefillGraphs(GraphSet):
         """The padded prefill on the staged inputs -> logits [1, V] fp32 (what a graph captures)."""
         batch = self._batch(size, exact)
         hidden = self.model(batch, self.cache)
-        return self.model.compute_logits(hidden[batch.logits_indices])
+        return self.model.compute_logits(hidden)
 
     def stage(self, out: SchedulerOutput) -> tuple[int, bool]:
         """Copy the step's prompt into the graph inputs; returns its (size, exact) bucket."""

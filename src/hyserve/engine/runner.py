@@ -214,7 +214,7 @@ class ModelRunner:
         if input_tokens is not None:
             batch.input_ids = input_tokens
         hidden = self.model(batch, self.cache)
-        logits = self.model.compute_logits(hidden[batch.logits_indices])  # [L, V] fp32
+        logits = self.model.compute_logits(hidden)  # [L, V] fp32
         result = RunnerOutput({}, {}, {})
         rows, sample_seqs, cursor = [], [], 0
         for entry in out.scheduled:
@@ -258,7 +258,7 @@ class ModelRunner:
     def score(self, out: SchedulerOutput) -> list[torch.Tensor]:
         """Teacher-forced logits [num_new_tokens, V] (fp32) of every scheduled chunk; nothing is sampled."""
         batch = self.prepare(out, all_logits=True)
-        logits = self.model.compute_logits(self.model(batch, self.cache)[batch.logits_indices])
+        logits = self.model.compute_logits(self.model(batch, self.cache))
         sizes = [e.num_new_tokens for e in out.scheduled]
         return list(logits.split(sizes))
 

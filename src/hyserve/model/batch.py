@@ -22,7 +22,7 @@ class ForwardBatch:
     slot_mapping: torch.Tensor  # [T] int64 flat KV-cache slot for each new token (-1: do not store)
     state_indices: torch.Tensor  # [N] int64 DeltaNet state slot of each sequence
     has_initial_state: torch.Tensor  # [N] bool the sequence has cached tokens before this step
-    logits_indices: torch.Tensor  # [L] int64 rows of the packed hidden states that need logits
+    logits_indices: torch.Tensor  # [L] int64 rows that need logits, increasing: the rows the model returns
     is_decode: bool  # every sequence has exactly one new token (recurrent kernels, CUDA graphs)
 
     @property
