@@ -49,6 +49,11 @@ SMALL_PAIRS = 512  # largest TP*KP the single-program path takes (T <= 64 at k =
 SPLIT_MIN_TOKENS = 16
 SPLIT_BLOCK_T = 4  # the fastest of 1/2/4/8 at T = 16..64 (``bench --routing``, H200, 2026-12-03)
 GROUP_CHUNK = 64  # pairs each ranking program of the split path places
+# Tokens per top-k program of the large path (at most; ``_route_large``), by T: (largest T, tokens). Small
+# blocks put more programs on the top-k's k rounds, but the scan sums all the blocks' counts in every program.
+# Graph-replayed routing at 128 / 256 / 512 / 1024 / 2048 / 4096 tokens with 4 tokens a program: 12.7 / 13.1 /
+# 15.4 / 19.9 / 30.4 / 52.7 us; with 16: 19.6 / 20.5 / 20.8 / 21.5 / 27.8 / 40.1 (``bench --routing``, H200).
+LARGE_BLOCK_T = ((1024, 4), (1 << 30, 16))
 RANK_CHUNK = tl.constexpr(128)  # rows of the [RANK_CHUNK, P] key comparison done at once
 _BIG = tl.constexpr(2**31 - 1)
 
@@ -686,7 +691,8 @@ def _route_large(
     KP = triton.next_power_of_2(top_k)
     ids = empty((T, top_k), torch.int32, dev)
     w = empty((T, top_k), torch.float32, dev)
-    BT = max(1, min(16, 4096 // EP, RANK_CHUNK.value // KP))
+    bt = next(b for limit, b in LARGE_BLOCK_T if T <= limit)
+    BT = max(1, min(bt, 4096 // EP, RANK_CHUNK.value // KP))
     ntb = triton.cdiv(T, BT)
     counts = empty((ntb, EP), torch.int32, dev)
     base = empty((ntb, EP), torch.int32, dev)

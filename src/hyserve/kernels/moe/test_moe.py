@@ -206,15 +206,19 @@ def _expected_meta(ids: torch.Tensor, E: int, bm: int, with_shared: bool) -> lis
     return blocks
 
 
-# ("large", 300): 19 token blocks of 16, two scan programs of 16 token blocks (one below 257 tokens at E = 8)
+# The large path takes 4 tokens a top-k program up to 1024 tokens (LARGE_BLOCK_T): ("large", 300) is 75 token
+# blocks, five scan programs of 16 token blocks at E = 8; ("large16", 300) takes the 16 of larger T: 19 token
+# blocks of 16, two scan programs
 ROUTING_CASES = [(T, mode) for T in (1, 33, 100) for mode in ("small", "split", "large", "fused")]
 
 
-@pytest.mark.parametrize("T,mode", [*ROUTING_CASES, (300, "large")])
-def test_routing_and_grouping(T: int, mode: str) -> None:
+@pytest.mark.parametrize("T,mode", [*ROUTING_CASES, (300, "large"), (300, "large16")])
+def test_routing_and_grouping(T: int, mode: str, monkeypatch) -> None:
     from hyserve.kernels.moe import router, routing
 
     E, top_k, bm = 8, 3, 4
+    if mode == "large16":
+        monkeypatch.setattr(routing, "LARGE_BLOCK_T", ((1 << 30, 16),))
     d = make_inputs(T, **SMALL, dead=2, seed=T)
     if mode == "fused":
         rt = router.route_and_align_fused(d["x"], d["gate_weight"], top_k, bm, True)
@@ -222,7 +226,7 @@ def test_routing_and_grouping(T: int, mode: str) -> None:
     else:
         logits = torch.nn.functional.linear(d["x"], d["gate_weight"])
         rt = routing.route_and_align(
-            logits, top_k, bm, True, d["x"].dtype, force_large=mode == "large", split=mode == "split"
+            logits, top_k, bm, True, d["x"].dtype, force_large=mode.startswith("large"), split=mode == "split"
         )
     w_ref, ids_ref = route_reference(d["x"], d["gate_weight"], top_k)
     assert torch.equal(rt.topk_ids.long(), ids_ref)
