@@ -19,6 +19,8 @@ from pydantic import (
     StrictInt,
     StrictStr,
     Tag,
+    ValidationError,
+    ValidatorFunctionWrapHandler,
     field_validator,
     model_validator,
 )
@@ -34,11 +36,14 @@ def now_s() -> int:
     return int(time.time())
 
 
-def _prompt_kind(v: object) -> str:
-    """Which member of ``Prompt`` a (shape-checked) prompt is, so pydantic validates that one alone: a smart
-    union tries every member and builds one error per element for each that fails (~2 ms at 4096 ids)."""
+def _prompt_kind(v: object) -> str | None:
+    """Which member of ``Prompt`` a prompt would be, from its first element, so pydantic validates that one
+    alone: a smart union tries every member and builds one error per element for each that fails (~2 ms at
+    4096 ids). None (not a string or a list) fails the union."""
     if isinstance(v, str):
         return "text"
+    if not isinstance(v, list):
+        return None
     if v and isinstance(v[0], str):
         return "texts"
     if v and isinstance(v[0], list):
@@ -56,11 +61,6 @@ Prompt = Annotated[
     ],
     Discriminator(_prompt_kind),
 ]
-
-
-def _token_ids(v: list) -> bool:
-    """Every element a plain int (JSON's; bool, an int subclass, is not a token id)."""
-    return set(map(type, v)) <= {int}
 
 
 class _Request(BaseModel):
@@ -109,23 +109,18 @@ class CompletionRequest(SamplingFields):
     suffix: str | None = None
     best_of: int | None = None
 
-    @field_validator("prompt", mode="before")
+    @field_validator("prompt", mode="wrap")
     @classmethod
-    def _prompt_shape(cls, v: object) -> object:
-        """One clear message instead of pydantic's four (one per member of the union)."""
-        ok = isinstance(v, str) or (
-            isinstance(v, list)
-            and (
-                set(map(type, v)) <= {str}
-                or _token_ids(v)
-                or (set(map(type, v)) <= {list} and all(_token_ids(x) for x in v))
-            )
-        )
-        if not ok:
+    def _prompt_shape(cls, v: object, handler: ValidatorFunctionWrapHandler) -> object:
+        """One clear message instead of pydantic's (one per element that is not of the member's type; strict
+        types: a bool is not a token id). Only a bad prompt pays for it: checking every element's type
+        before pydantic did cost ~60 us at 1024 ids."""
+        try:
+            return handler(v)
+        except ValidationError:
             raise ValueError(
                 "must be a string, a list of strings, a list of token ids or a list of lists of them"
-            )
-        return v
+            ) from None
 
 
 class TextPart(BaseModel):
