@@ -41,7 +41,7 @@ class EngineError(Exception):
 @dataclass
 class _Add:
     request_id: str
-    prompt_token_ids: list[int]
+    prompt_token_ids: list[int]  # checked by engine.validate_prompt (``add``'s contract)
     params: SamplingParams
     arrival_time: float  # time.monotonic() seconds at HTTP arrival
 
@@ -250,7 +250,9 @@ class AsyncEngine:
                 self._abort_quietly(cmd.request_id)
                 continue
             try:
-                self.engine.add_request(cmd.request_id, cmd.prompt_token_ids, cmd.params, cmd.arrival_time)
+                self.engine.add_request(
+                    cmd.request_id, cmd.prompt_token_ids, cmd.params, cmd.arrival_time, checked=True
+                )
             except ValueError as e:
                 self._to_loop(self._fail, [cmd.request_id], EngineError(400, str(e)))
             except Exception as e:
