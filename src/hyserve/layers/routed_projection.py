@@ -40,8 +40,7 @@ class RoutedProjections:
         out_proj.weight.data = self.w_out[num_experts:]
         self.n_in, self.num_experts, self.top_k = n_in, num_experts, moe.top_k
         self._partial: torch.Tensor | None = None  # [1, E]: W_r' h0, from the in-projection
-        # for the MoE block: ids, raw logits and the kernel's ready flag (None from the reference)
-        self._routing: tuple[torch.Tensor, torch.Tensor, torch.Tensor | None] | None = None
+        self._routing: tuple[torch.Tensor, torch.Tensor] | None = None  # for the MoE block: ids, raw logits
         in_proj.fusion, out_proj.fusion, moe.routed = self.project_in, self.project_out, self
 
     def _plans(self) -> tuple[dict | None, dict | None]:
@@ -72,9 +71,8 @@ class RoutedProjections:
         self._routing = rp.project_out_route(a, self.w_out, residual, partial, self.top_k, self._plans()[1])
         return residual
 
-    def take_routing(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None] | None:
-        """The top-k (ids, raw logits, ready flag) of this forward's out-projection, once (None if it was not
-        taken)."""
+    def take_routing(self) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """The top-k (ids, raw logits) of this forward's out-projection, once (None if it was not taken)."""
         routing, self._routing = self._routing, None
         return routing
 

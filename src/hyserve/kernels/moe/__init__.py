@@ -32,12 +32,11 @@ def fused_moe(
     norm_weight: torch.Tensor | None = None,
     norm_eps: float = 0.0,
     residual: torch.Tensor | None = None,
-    routing: tuple[torch.Tensor | None, ...] | None = None,
+    routing: tuple[torch.Tensor, torch.Tensor] | None = None,
 ) -> torch.Tensor:
     """x: [..., H] -> [..., H] in x's dtype (the contract of ``fused_moe_reference``: the block's pre-norm
     and, with a residual, the residual add in place, the residual returned). ``routing`` (topk_ids [T, k] int32, their raw
-    logits [T, k] fp32 before the pre-norm's rstd[, the routing kernel's ready flag or None]): taken by
-    ``kernels/routed_projection``; no router runs."""
+    logits [T, k] fp32 before the pre-norm's rstd): taken by ``kernels/routed_projection``; no router runs."""
     if residual is not None and residual.shape != x.shape:
         raise ValueError(f"residual {tuple(residual.shape)} must have x's shape {tuple(x.shape)}")
     weights = (gate_weight, w_gate_up, w_down, top_k, shared_gate_up, shared_down, shared_expert_gate)

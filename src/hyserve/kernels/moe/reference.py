@@ -33,7 +33,7 @@ def fused_moe_reference(
     norm_weight: torch.Tensor | None = None,
     norm_eps: float = 0.0,
     residual: torch.Tensor | None = None,
-    routing: tuple[torch.Tensor | None, ...] | None = None,
+    routing: tuple[torch.Tensor, torch.Tensor] | None = None,
 ) -> torch.Tensor:
     """x: [T, H] -> [T, H]. Each expert runs on the tokens routed to it (in x's dtype); the weighted
     sum over experts accumulates in fp32. With ``norm_weight`` the block's input is
@@ -42,7 +42,7 @@ def fused_moe_reference(
     (topk_ids [T, k], their raw logits [T, k] fp32 before the pre-norm's rstd) replaces the router: the weights
     are the softmax of ``rstd * raw`` rounded through x's dtype, as the router's logits are."""
     if routing is not None:
-        ids, raw = routing[:2]  # a third element, the routing kernel's ready flag, concerns the kernels only
+        ids, raw = routing
         rstd = torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + norm_eps)
         weights = torch.softmax((raw * rstd).to(x.dtype).float(), dim=-1).to(x.dtype)
         ids = ids.long()

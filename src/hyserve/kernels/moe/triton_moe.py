@@ -60,7 +60,7 @@ def fused_moe_triton(
     norm_weight: torch.Tensor | None = None,
     norm_eps: float = 0.0,
     residual: torch.Tensor | None = None,
-    routing: tuple[torch.Tensor | None, ...] | None = None,
+    routing: tuple[torch.Tensor, torch.Tensor] | None = None,
 ) -> torch.Tensor:
     """x [T, H] -> [T, H] in x's dtype. ``plan`` overrides the tile plan (tests, tuning). With
     ``norm_weight`` the block's input is ``rms_norm(x)`` (inside the fused router where the plan takes it);
@@ -68,8 +68,7 @@ def fused_moe_triton(
     ``routing`` (topk_ids [T, k] int32, the top-k raw logits [T, k] fp32 before the pre-norm's rstd): taken
     already (``kernels/routed_projection``), so no router runs; the gate_up kernel applies the pre-norm to x
     itself and takes the weights' softmax (``gate_up_pairs``'s norm_weight); the plan must take the pairs
-    path (T <= 4) and a norm weight must be given. A third element, the routing kernel's ready flag (or None),
-    lets the gate_up kernel start on the ids before that kernel completes (``gate_up_pairs``'s ready)."""
+    path (T <= 4) and a norm weight must be given."""
     T, H = x.shape
     E, two_i, _ = w_gate_up.shape
     inter = two_i // 2
@@ -116,9 +115,8 @@ def fused_moe_triton(
     if routing is not None:
         if plan["down_mode"] != "pairs" or norm_weight is None:
             raise ValueError(f"a given routing needs the pairs path (T <= 4) and a norm weight, got T={T}")
-        ids, weights = routing[:2]
-        ready = routing[2] if len(routing) > 2 else None
-        routed_norm = dict(norm_weight=norm_weight, norm_eps=norm_eps, ready=ready)
+        ids, weights = routing
+        routed_norm = dict(norm_weight=norm_weight, norm_eps=norm_eps)
         norm_weight = None
     if norm_weight is not None and not (fused_router and plan["down_mode"] == "pairs"):
         x = rms_norm(x, norm_weight, norm_eps)

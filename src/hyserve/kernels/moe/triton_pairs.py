@@ -124,7 +124,6 @@ def _gate_up_pairs_kernel(
     topk_w_ptr,
     h_ptr,
     nw_ptr,
-    ready_ptr,
     eps,
     T,
     H,
@@ -151,11 +150,9 @@ def _gate_up_pairs_kernel(
     L2PF: tl.constexpr,
     NORM_X: tl.constexpr,
     BCAST_X: tl.constexpr,
-    EARLY_IDS: tl.constexpr,
     USE_PDL: tl.constexpr,
 ):
-    """Pair p = P0 + program_id(1). REDUCE_EACH, PREFETCH, LATE_WAIT, TMA, L2PF, NORM_X, BCAST_X, EARLY_IDS (with
-    PREFETCH; ``ready_ptr`` the routing's flag): see ``gate_up_pairs``
+    """Pair p = P0 + program_id(1). REDUCE_EACH, PREFETCH, LATE_WAIT, TMA, L2PF, NORM_X, BCAST_X: see ``gate_up_pairs``
     (w_desc, sw_desc: the routed experts' [E*2I, H] and the shared expert's [2I, H] descriptors; sw_bytes: the
     shared expert's weight size, the L2PF range). FROM_LOGITS: ``ids_ptr`` is the router's logits [*, EP] fp32
     and the pair's expert and weight come from its token's top-k (``topk_w_ptr`` unused)."""
@@ -164,20 +161,14 @@ def _gate_up_pairs_kernel(
         lin = n + tl.num_programs(0) * tl.program_id(1)
         if lin < L2PF:
             prefetch_l2(sw_ptr, sw_bytes, lin, L2PF, 512)
-    if not LATE_WAIT and not EARLY_IDS:
+    if not LATE_WAIT:
         wait_for_previous(USE_PDL)
     p = tl.program_id(1) + P0
     N = T * K_TOP
     is_shared = p >= N
     pc = tl.minimum(p, N - 1)
     tok = tl.where(is_shared, p - N, p // K_TOP).to(tl.int64)
-    if EARLY_IDS:  # the previous kernel raises the flag once the ids are written, before it completes
-        if not is_shared:
-            while tl.load(ready_ptr, volatile=True) == 0:
-                pass
-        e = tl.load(ids_ptr + pc, cache_modifier=".cg").to(tl.int64)
-        wrow = 1.0  # NORM_X: the weight comes from the raw logits at the end, after the wait
-    elif FROM_LOGITS:
+    if FROM_LOGITS:
         kc = tl.arange(0, KP)
         tids, tw = token_topk(ids_ptr, pc // K_TOP, E, EP, K_TOP, KP, ROUND)
         e = tl.sum(tl.where(kc == pc % K_TOP, tids, 0), axis=0).to(tl.int64)
@@ -209,8 +200,6 @@ def _gate_up_pairs_kernel(
         wm = imask[:, None] & (kk < H)[None, :]
         wg = tl.load(g_rows + kk[None, :], mask=wm, other=0.0)
         wu = tl.load(u_rows + kk[None, :], mask=wm, other=0.0)
-        if EARLY_IDS:  # x (the previous kernel's output) is read from here on
-            wait_for_previous(USE_PDL)
         for k0 in range(BLOCK_K, H, BLOCK_K):
             k = k0 + kk
             km = k < H
@@ -403,7 +392,6 @@ def gate_up_pairs(
     top_k: int | None = None,
     norm_weight: torch.Tensor | None = None,
     norm_eps: float = 0.0,
-    ready: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """-> h [T*k + T, I] (rows T*k.. for the shared expert, unused without one). The routing: ``topk_ids`` /
     ``topk_weights`` [T, k], or (both None) the router's ``logits`` [TP, EP] fp32 from
@@ -425,14 +413,7 @@ def gate_up_pairs(
     pairs alone into the same ``h`` ("routed", launched right after "shared"). The routed launch then reads
     only what kernels two launches back wrote (ids, weights and x from the routing), so under PDL it loads
     and multiplies everything before its wait and waits only to store: its weight stream starts as soon
-    as the routing has finished, overlapping the shared expert's launch (the plan's ``split_shared``).
-
-    ``ready`` (EARLY_IDS; with the plan's PREFETCH, no TMA, all pairs in one launch): the int32 flag [1] that the
-    previous kernel, the routing out-projection, raises once ``topk_ids`` and ``topk_weights`` are written,
-    before it completes (``kernels/routed_projection``). Each routed program polls it, loads its expert id and
-    its first weight tiles, and only then waits for that kernel (x is its output): the expert weights start
-    streaming under the out-projection's tail instead of after it. The shared expert's programs load their
-    first tiles before the wait as well."""
+    as the routing has finished, overlapping the shared expert's launch (the plan's ``split_shared``)."""
     if part not in ("all", "shared", "routed"):
         raise ValueError(f"part must be 'all', 'shared' or 'routed', got {part!r}")
     T, H = x.shape
@@ -459,7 +440,6 @@ def gate_up_pairs(
     descs = (
         tma.expert_descriptors(w_gate_up, sw, [cfg["BLOCK_I"], cfg["BLOCK_K"]]) if cfg.get("TMA") else None
     )
-    early = ready is not None and bool(cfg.get("PREFETCH")) and not descs and part == "all" and logits is None
     launch(
         _gate_up_pairs_kernel,
         grid,
@@ -471,7 +451,6 @@ def gate_up_pairs(
         *route,
         h,
         norm_weight if norm_weight is not None else x,
-        ready if early else x,
         norm_eps,
         T,
         H,
@@ -498,7 +477,6 @@ def gate_up_pairs(
         L2PF=prefetch_parts(cfg, pdl.enabled(x)) if has_shared and sw.is_contiguous() else 0,
         NORM_X=norm_weight is not None,
         BCAST_X=norm_weight is not None or bool(cfg.get("BCAST_X", False)),
-        EARLY_IDS=early,
         num_warps=cfg.get("num_warps", 4),
         num_stages=cfg.get("num_stages", 1),
         **({"maxnreg": cfg["maxnreg"]} if cfg.get("maxnreg") else {}),

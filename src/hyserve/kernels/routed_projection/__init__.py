@@ -70,11 +70,9 @@ def project_out_route(
     partial: torch.Tensor,
     top_k: int,
     plan: dict | None,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+) -> tuple[torch.Tensor, torch.Tensor]:
     """See ``project_out_route_reference``: a [T, Hv], weight [E + H, Hv], residual [T, H] (updated in place),
-    partial [T, E] -> (topk_ids [T, k] int32, their raw logits [T, k] fp32, ready): ``ready``, from the Triton
-    kernel, is the int32 flag [1] it raises once both are written, possibly before it completes (the next
-    kernel may poll it: ``moe/triton_pairs``, EARLY_IDS); None from the reference."""
+    partial [T, E] -> (topk_ids [T, k] int32, their raw logits [T, k] fp32)."""
     if (
         plan is not None
         and fast(a, weight, residual, partial)
@@ -82,10 +80,10 @@ def project_out_route(
         and residual.is_contiguous()
         and partial.stride(-1) == 1
     ):
-        from hyserve.kernels.routed_projection.triton_kernel import project_out_route_triton, ready_flag
+        from hyserve.kernels.routed_projection.triton_kernel import project_out_route_triton
 
-        return (*project_out_route_triton(a, weight, residual, partial, top_k, plan), ready_flag(a.device))
-    return (*project_out_route_reference(a, weight, residual, partial, top_k), None)
+        return project_out_route_triton(a, weight, residual, partial, top_k, plan)
+    return project_out_route_reference(a, weight, residual, partial, top_k)
 
 
 __all__ = [

@@ -8,9 +8,7 @@ only) and writes its fp32 partial logits to ``raw [M_SPLIT, E]``, then takes a t
 (acq_rel after a CTA barrier: the last-block reduction of ``moe/router.py``). The last one sums the partials in
 slice order (deterministic), takes the top-k (``moe/routing.subrow_softmax_topk`` of the raw logits: the order
 of ``rstd * raw``, rstd > 0, so h1 is not needed), writes the ids and their raw logits and resets the counter
-(CUDA-graph replays included); then it raises the ``ready`` flag, which program 0 cleared before letting the next
-kernel start, so the experts' gate_up can load the ids and stream their weights before this kernel completes
-(``moe/triton_pairs``, EARLY_IDS). Why the split: the ~2300 programs are resident at once and share HBM evenly, so
+(CUDA-graph replays included). Why the split: the ~2300 programs are resident at once and share HBM evenly, so
 a whole-row M program finishes with the W_o programs and the top-k tail (ticket, sum, 8 arg-max rounds) is
 serial after the stream; an M program with 1 / M_SPLIT of the bytes finishes early and the tail hides under it.
 The experts' gate_up applies the pre-norm and the softmax of the scaled logits itself
@@ -25,14 +23,8 @@ import triton.language as tl
 
 from hyserve.kernels.linear.triton_kernel import _gemv_tile
 from hyserve.kernels.moe.routing import ROW_SPLIT, row_logits, subrow_softmax_topk
-from hyserve.kernels.pdl import launch_options
-from hyserve.kernels.tickets import kernel_state, ticket_counters
-
-
-def ready_flag(device: torch.device) -> torch.Tensor:
-    """The int32 flag [1] the routing out-projection raises once its ids and raw logits are written (its own
-    128-byte line: the gate_up programs poll it)."""
-    return kernel_state("routed projection ready", device, 32)[:1]
+from hyserve.kernels.pdl import launch_options, wait_for_previous
+from hyserve.kernels.tickets import ticket_counters
 
 
 @triton.jit
@@ -45,7 +37,6 @@ def _project_route_kernel(
     counter_ptr,
     ids_ptr,
     top_ptr,
-    ready_ptr,
     H,
     K,
     E,
@@ -77,17 +68,7 @@ def _project_route_kernel(
     kk = tl.arange(0, BLOCK_K)
     w_rows = w_ptr + rn.to(tl.int64)[:, None] * K
     w = tl.load(w_rows + (k_lo + kk)[None, :], mask=nm[:, None] & (k_lo + kk < k_hi)[None, :], other=0.0)
-    # kernels/pdl.py's wait and release, with the ready flag cleared in between: the next kernel polls it before
-    # its own wait, so it must not see the previous layer's raised flag. The release depends on the exchange's
-    # value, so it waits for the exchange to be performed
-    if USE_PDL:
-        tl.extra.cuda.gdc_wait()
-    cleared = 0
-    if pid == 0:
-        cleared = tl.atomic_xchg(ready_ptr, 0, sem="acq_rel", scope="gpu")
-    if USE_PDL:
-        if cleared >= 0:
-            tl.extra.cuda.gdc_launch_dependents()
+    wait_for_previous(USE_PDL)
     # what is added to the product: the in-projection's W_r' h0 (M's slice 0) or h0's rows (a W_o program)
     r = tl.load(tl.where(is_route, part_ptr + rn, h_ptr + (rn - E)), mask=nm, other=0.0).to(tl.float32)
     r = tl.where(part == 0, r, 0.0)
@@ -126,8 +107,6 @@ def _project_route_kernel(
             tl.store(ids_ptr + kc, ids, mask=kc < TOP_K)
             tl.store(top_ptr + kc, top, mask=kc < TOP_K)
             tl.store(counter_ptr, 0)
-            tl.debug_barrier()  # every thread's stores of the ids and logits before the flag's release
-            tl.atomic_xchg(ready_ptr, 1, sem="release", scope="gpu")
     else:
         tl.store(h_ptr + (rn - E), y.to(h_ptr.dtype.element_ty), mask=nm)
 
@@ -161,8 +140,7 @@ def project_out_route_triton(
     top = torch.empty((1, top_k), dtype=torch.float32, device=dev)
     raw = torch.empty((split, E), dtype=torch.float32, device=dev)
     _project_route_kernel[((split * E + H) // cfg["BLOCK_N"],)](
-        a, weight, residual, partial, raw, ticket_counters("routed projection", dev, 1), ids, top, ready_flag(dev),
-        H, K, E,
+        a, weight, residual, partial, raw, ticket_counters("routed projection", dev, 1), ids, top, H, K, E,
         BLOCK_N=cfg["BLOCK_N"], BLOCK_K=cfg["BLOCK_K"], BCAST_X=bool(cfg.get("BCAST_X", False)),
         REDUCE_EACH=bool(cfg.get("REDUCE_EACH", False)), M_SPLIT=split, EP=triton.next_power_of_2(E), TOP_K=top_k,
         KP=triton.next_power_of_2(top_k),
