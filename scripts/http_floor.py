@@ -1,0 +1,113 @@
+"""The HTTP part of time to first token that no engine can remove: a streamed completion answered at once.
+
+Two stand-in servers under uvicorn, each in its own process, answer ``POST /v1/completions`` with one SSE token
+chunk and ``[DONE]``: a plain ASGI callable (uvicorn's floor) and a FastAPI route with a StreamingResponse (the
+framework hyserve serves with). The client, aiohttp as in ``hyserve bench``, times each request from the post to
+its first data line, prompt of ``--prompt-len`` token ids; medians over ``--requests`` after 3 warm-up requests.
+Compare with ``scripts/sim_serving_host.py --concurrency 1 --output-len 1 --prefill-us 0`` (hyserve's server over
+a simulated device) on the same machine.
+
+usage: python scripts/http_floor.py [--prompt-len 128] [--requests 60]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import random
+import socket
+import statistics
+import subprocess
+import sys
+import time
+
+import aiohttp
+
+CHUNK = {
+    "id": "x",
+    "object": "text_completion",
+    "choices": [{"index": 0, "text": "", "finish_reason": "length"}],
+}
+
+SERVERS = {
+    "plain ASGI": """
+import json, sys, uvicorn
+chunk = ("data: " + json.dumps({chunk}) + "\\n\\n").encode()
+async def app(scope, receive, send):
+    if scope["type"] != "http":
+        return
+    body, more = b"", True
+    while more:
+        m = await receive()
+        body, more = body + m.get("body", b""), m.get("more_body", False)
+    json.loads(body)
+    await send({{"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"text/event-stream")]}})
+    await send({{"type": "http.response.body", "body": chunk, "more_body": True}})
+    await send({{"type": "http.response.body", "body": b"data: [DONE]\\n\\n"}})
+uvicorn.run(app, host="127.0.0.1", port=int(sys.argv[1]), log_level="warning")
+""",
+    "FastAPI": """
+import json, sys, uvicorn
+from fastapi import FastAPI, Request
+from starlette.responses import StreamingResponse
+app = FastAPI()
+@app.post("/v1/completions")
+async def completions(request: Request):
+    await request.json()
+    async def chunks():
+        yield "data: " + json.dumps({chunk}) + "\\n\\n"
+        yield "data: [DONE]\\n\\n"
+    return StreamingResponse(chunks(), media_type="text/event-stream")
+uvicorn.run(app, host="127.0.0.1", port=int(sys.argv[1]), log_level="warning")
+""",
+}
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+async def _first_chunk_ms(port: int, prompt_len: int, requests: int) -> list[float]:
+    body = {"model": "m", "prompt": [random.randrange(1000) for _ in range(prompt_len)], "max_tokens": 1}
+    body["stream"] = True
+    url = f"http://127.0.0.1:{port}/v1/completions"
+    async with aiohttp.ClientSession() as session:
+        for _ in range(100):  # until the server listens
+            try:
+                async with session.post(url, json=body) as r:
+                    await r.read()
+                break
+            except aiohttp.ClientConnectionError:
+                await asyncio.sleep(0.1)
+        times = []
+        for _ in range(requests + 3):
+            t0 = time.perf_counter()
+            async with session.post(url, json=body) as r:
+                async for line in r.content:
+                    if line.startswith(b"data: ") and b"[DONE]" not in line:
+                        times.append(1e3 * (time.perf_counter() - t0))
+                        break
+            await asyncio.sleep(0.02)  # an idle server between requests, as in the ttft scenario
+        return times[3:]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--prompt-len", type=int, default=128)
+    parser.add_argument("--requests", type=int, default=60)
+    ns = parser.parse_args()
+    for name, source in SERVERS.items():
+        port = _free_port()
+        server = subprocess.Popen([sys.executable, "-c", source.format(chunk=CHUNK), str(port)])
+        try:
+            times = asyncio.run(_first_chunk_ms(port, ns.prompt_len, ns.requests))
+        finally:
+            server.terminate()
+            server.wait()
+        print(f"{name:>10}: first data line {statistics.median(times):.2f} ms median, {min(times):.2f} min")
+
+
+if __name__ == "__main__":
+    main()
