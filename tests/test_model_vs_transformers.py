@@ -75,6 +75,28 @@ def test_chunked_prefill_and_decode_steps_match(checkpoint):
         assert _rel(got[pos], expected[pos]) < REL_TOL, pos
 
 
+def test_fresh_prompts_attend_over_their_own_rows(checkpoint, monkeypatch):
+    """A lone prompt's first chunk takes ``causal_attention`` (no cache reads); a later chunk, decode steps
+    and a batch of prompts take ``paged_attention``; the logits match transformers either way."""
+    import hyserve.kernels as ops
+
+    calls = {"causal": 0, "paged": 0}
+    for name, key in (("causal_attention", "causal"), ("paged_attention", "paged")):
+        real = getattr(ops, name)
+        monkeypatch.setattr(
+            ops, name, lambda *a, _r=real, _k=key, **kw: calls.__setitem__(_k, calls[_k] + 1) or _r(*a, **kw)
+        )
+    path, ref = checkpoint
+    llm = _engine(path)
+    layers = sum(hasattr(layer, "self_attn") for layer in llm.engine.model.model.layers)
+    ids = torch.randint(0, 500, (40,), generator=torch.Generator().manual_seed(2)).tolist()
+    got = _score(llm, ids, [30, 8, 1, 1])
+    assert calls == {"causal": layers, "paged": 3 * layers}
+    assert _rel(got, ref(torch.tensor([ids])).logits[0]) < REL_TOL
+    last_rows_forward(llm, [ids[:9], ids[:5]], [True, True])
+    assert calls == {"causal": layers, "paged": 4 * layers}
+
+
 def last_rows_forward(llm: LLM, prompts: list[list[int]], sampled: list[bool]) -> torch.Tensor:
     """One step that prefills every prompt whole, sampling those marked: the model's logits [L, V] (L = the
     sampled prompts' last rows; the last layer's FFN runs at those rows only)."""

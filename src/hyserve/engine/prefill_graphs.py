@@ -121,6 +121,7 @@ class PrefillGraphs(GraphSet):
             has_initial_state=self.has_initial[:nseq],
             logits_indices=self.last,
             is_decode=False,
+            causal_rows=True,  # can_run: no cached prefix; the padding sequence comes after the prompt
         )
 
     def forward(self, size: int, exact: bool) -> torch.Tensor:

@@ -189,6 +189,7 @@ class ModelRunner:
             has_initial_state=tensor(has_initial, torch.bool),
             logits_indices=tensor(logits_rows, torch.long),
             is_decode=out.is_decode,
+            causal_rows=len(out.scheduled) == 1 and not out.is_decode and not has_initial[0],
         )
 
     def execute(self, out: SchedulerOutput) -> RunnerOutput:

@@ -7,7 +7,7 @@ its inputs: the Triton kernel where one exists for the device and dtype, else th
 
 from hyserve.kernels.activation import silu_and_mul
 from hyserve.kernels.argmax import logits_argmax
-from hyserve.kernels.attention import paged_attention, store_kv
+from hyserve.kernels.attention import causal_attention, paged_attention, store_kv
 from hyserve.kernels.causal_conv1d import causal_conv1d_decode, causal_conv1d_prefill
 from hyserve.kernels.dispatch import reference_only, use_reference
 from hyserve.kernels.gated_delta_rule import gated_delta_rule_decode, gated_delta_rule_prefill
@@ -20,6 +20,7 @@ from hyserve.kernels.qk_norm_rope import qk_norm_rope, qk_norm_rope_store, rope_
 from hyserve.kernels.rmsnorm import rms_norm
 
 __all__ = [
+    "causal_attention",
     "causal_conv1d_decode",
     "causal_conv1d_prefill",
     "fused_moe",

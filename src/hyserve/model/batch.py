@@ -24,6 +24,9 @@ class ForwardBatch:
     has_initial_state: torch.Tensor  # [N] bool the sequence has cached tokens before this step
     logits_indices: torch.Tensor  # [L] int64 rows that need logits, increasing: the rows the model returns
     is_decode: bool  # every sequence has exactly one new token (recurrent kernels, CUDA graphs)
+    # the new tokens may attend as one causal run over all T rows, without the cache: one prompt with no cached
+    # prefix (or the prefill graph's prompt with its throw-away padding sequence after it, whose rows nothing reads)
+    causal_rows: bool = False
 
     @property
     def num_tokens(self) -> int:

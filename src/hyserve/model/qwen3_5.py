@@ -162,6 +162,13 @@ class Attention(nn.Module):
         k = k.view(t, self.num_kv_heads, self.head_dim)
         v = v.view(t, self.num_kv_heads, self.head_dim)
         k_cache, v_cache = cache.kv[self.attention_index]
+        if batch.causal_rows:  # a prompt without a cached prefix attends over its own new rows alone
+            q, k = ops.qk_norm_rope(
+                q, k, self.q_norm.weight, self.k_norm.weight, self.eps, *rope, self.rotary_dim
+            )
+            ops.store_kv(k, v, k_cache, v_cache, batch.slot_mapping)
+            o = ops.causal_attention(q, k, v, self.scale, gate=gate)
+            return self.o_proj(o.reshape(t, -1), residual=x)
         # one kernel: the normed, roped q out; the normed, roped k and the raw v into the cache at the slots
         q = ops.qk_norm_rope_store(
             q,

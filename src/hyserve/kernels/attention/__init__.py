@@ -8,7 +8,8 @@ chunked prefill (a cached prefix) and decode.
 
 Triton dispatch: one token per sequence (``q.shape[0] == seq_lens.shape[0]``) takes the split-K decode
 kernel (no host reads: CUDA-graph safe; ``max_seq_len`` bounds its grid), anything else the varlen
-prefill kernel. Launch configs come from ``configs/attention.json``.
+prefill kernel. Launch configs come from ``configs/attention.json``. ``causal_attention`` (``causal.py``) is the
+prefill of a prompt without a cached prefix, straight from its new rows.
 """
 
 from __future__ import annotations
@@ -122,4 +123,13 @@ def store_kv(
     store_kv_reference(k, v, k_cache, v_cache, slot_mapping)
 
 
-__all__ = ["paged_attention", "paged_attention_reference", "store_kv", "store_kv_reference"]
+from hyserve.kernels.attention.causal import causal_attention, causal_attention_reference  # noqa: E402
+
+__all__ = [
+    "causal_attention",
+    "causal_attention_reference",
+    "paged_attention",
+    "paged_attention_reference",
+    "store_kv",
+    "store_kv_reference",
+]

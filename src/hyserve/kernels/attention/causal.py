@@ -1,0 +1,66 @@
+"""Causal attention of new tokens over themselves alone: a prompt's prefill without a cached prefix.
+
+``causal_attention(q, k, v, scale, gate)``: q [T, Hq, D], k, v [T, Hkv, D] (strided views with a unit last
+stride), gate None or [T, Hq, D] -> out [T, Hq, D] contiguous: ``softmax(q k^T scale, causal) v`` per head (GQA:
+query head h reads KV head h // (Hq / Hkv)), times ``sigmoid(gate)``. The same rows as ``paged_attention`` when
+the context is exactly these tokens, without reading them back from the paged cache: on CUDA (fp16 / bf16) it
+is torch's SDPA, whose cuDNN backend on Hopper takes GQA and head_dim 256 natively (at 1024 / 4096 tokens, 16
+query and 2 KV heads, D 256: 33 / 262 us on the H200 against 72 / 757 us for ``triton_prefill``;
+docs/performance.md), then the gate in one Triton pass (``triton_gate.py``). Elsewhere the reference.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from hyserve.kernels.dispatch import reference_only, triton_enabled
+
+
+def causal_attention_reference(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float, gate: torch.Tensor | None = None
+) -> torch.Tensor:
+    """The definition in plain torch: scores and softmax in fp32, the output rounded to q's dtype, then
+    ``o * sigmoid(gate)`` (as ``paged_attention_reference`` does)."""
+    group = q.shape[1] // k.shape[1]
+    keys = k.float().repeat_interleave(group, dim=1)
+    values = v.float().repeat_interleave(group, dim=1)
+    scores = torch.einsum("qhd,khd->hqk", q.float(), keys) * scale
+    t = q.shape[0]
+    mask = torch.ones(t, t, dtype=torch.bool, device=q.device).triu(1)
+    probs = scores.masked_fill(mask, float("-inf")).softmax(-1)
+    out = torch.einsum("hqk,khd->qhd", probs, values).to(q.dtype)
+    if gate is not None:
+        out = out * torch.sigmoid(gate.view_as(out))
+    return out.contiguous()
+
+
+def causal_attention(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float, gate: torch.Tensor | None = None
+) -> torch.Tensor:
+    """See the module docstring."""
+    t, hq, d = q.shape
+    if k.shape != v.shape or k.shape[0] != t or k.shape[2] != d or hq % k.shape[1]:
+        raise ValueError(
+            f"causal_attention takes q [T, Hq, D], k and v [T, Hkv, D] with Hkv dividing Hq, got q "
+            f"{tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}"
+        )
+    if not (q.is_cuda and q.dtype in (torch.float16, torch.bfloat16) and not reference_only()):
+        return causal_attention_reference(q, k, v, scale, gate)
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    with sdpa_kernel(
+        [SDPBackend.CUDNN_ATTENTION, SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION]
+    ):
+        o = F.scaled_dot_product_attention(
+            q.transpose(0, 1)[None], k.transpose(0, 1)[None], v.transpose(0, 1)[None],
+            is_causal=True, scale=scale, enable_gqa=True,
+        )[0].transpose(0, 1)  # fmt: skip
+    if gate is None:
+        return o.contiguous()
+    gate = gate.view(t, hq, d)
+    if triton_enabled(o, gate) and o.stride(-1) == 1 and gate.stride(-1) == 1:
+        from hyserve.kernels.attention.triton_gate import sigmoid_gate_triton
+
+        return sigmoid_gate_triton(o, gate)
+    return (o * torch.sigmoid(gate)).contiguous()

@@ -1,0 +1,80 @@
+"""causal_attention: its reference against the paged reference over a cache holding the same rows; the op (cuDNN /
+flash SDPA and the Triton gate on a GPU, the reference on the CPU) against its reference; the Triton gate alone
+in the interpreter. Inputs are strided views, as the model passes them (k and v slices of one projection, the
+gate interleaved with the queries)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from hyserve.kernels.attention import causal_attention, causal_attention_reference, paged_attention_reference
+from hyserve.kernels.attention.triton_gate import sigmoid_gate_triton
+
+CUDA = torch.cuda.is_available()
+DEVICE = "cuda" if CUDA else "cpu"
+TOL = {torch.float32: 1e-5, torch.float16: 3e-3, torch.bfloat16: 1.5e-2}
+
+
+def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
+    a, b = a.double(), b.double()
+    return ((a - b).norm() / b.norm().clamp_min(1e-30)).item()
+
+
+def _rows(t, hq, hkv, d, dtype, seed=0):
+    """q [T, Hq, D] and gate as the halves of one [T, Hq, 2D] projection; k, v slices of one [T, 2 Hkv D] one."""
+    gen = torch.Generator().manual_seed(seed)
+    qg = torch.randn(t, hq, 2 * d, generator=gen).to(dtype).to(DEVICE)
+    q, gate = qg.chunk(2, dim=-1)
+    kv = torch.randn(t, 2 * hkv * d, generator=gen).to(dtype).to(DEVICE)
+    k, v = kv.view(t, 2 * hkv, d).split(hkv, dim=1)
+    return q, k, v, 2 * gate
+
+
+SHAPES = [(37, 4, 2, 16), (64, 8, 1, 32)] + ([(1024, 16, 2, 256), (300, 16, 2, 256)] if CUDA else [])
+
+
+@pytest.mark.parametrize("t,hq,hkv,d", SHAPES)
+def test_reference_equals_the_paged_reference(t, hq, hkv, d):
+    """The rows as the whole context of one sequence in a paged cache (pages out of order)."""
+    q, k, v, gate = _rows(t, hq, hkv, d, torch.float32)
+    page = 16
+    blocks = -(-t // page)
+    order = torch.randperm(blocks + 2, generator=torch.Generator().manual_seed(1))[:blocks].to(DEVICE)
+    k_cache = torch.full((blocks + 2, page, hkv, d), float("nan"), device=DEVICE)
+    v_cache = torch.full_like(k_cache, float("nan"))
+    pos = torch.arange(t, device=DEVICE)
+    slots = order[pos // page] * page + pos % page
+    k_cache.view(-1, hkv, d)[slots] = k
+    v_cache.view(-1, hkv, d)[slots] = v
+    cu = torch.tensor([0, t], dtype=torch.int32, device=DEVICE)
+    lens = torch.tensor([t], dtype=torch.int32, device=DEVICE)
+    paged = paged_attention_reference(q, k_cache, v_cache, cu, lens, order[None].int(), d**-0.5, gate)
+    assert _rel(causal_attention_reference(q, k, v, d**-0.5, gate), paged) < 1e-6
+
+
+@pytest.mark.parametrize("gated", [True, False])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
+@pytest.mark.parametrize("t,hq,hkv,d", SHAPES)
+def test_op_matches_reference(t, hq, hkv, d, dtype, gated):
+    q, k, v, gate = _rows(t, hq, hkv, d, dtype, seed=t)
+    gate = gate if gated else None
+    got = causal_attention(q, k, v, d**-0.5, gate)
+    want = causal_attention_reference(q, k, v, d**-0.5, gate)
+    assert got.shape == (t, hq, d) and got.is_contiguous() and not got.isnan().any()
+    assert _rel(got, want) < TOL[dtype]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+def test_triton_gate(dtype):
+    q, _, _, gate = _rows(5, 3, 1, 24, dtype, seed=2)
+    o = q * 0.5  # a strided view's values in a contiguous tensor
+    got = sigmoid_gate_triton(o, gate, block=32)
+    want = (o.float() * torch.sigmoid(gate.float())).to(dtype)
+    assert got.is_contiguous() and _rel(got, want) < TOL[dtype]
+
+
+def test_bad_shapes_raise():
+    q, k, v, _ = _rows(8, 4, 2, 16, torch.float32)
+    with pytest.raises(ValueError, match="Hkv dividing Hq"):
+        causal_attention(q, k[:4], v[:4], 0.25)
