@@ -16,4 +16,5 @@ def test_verify_passes_on_a_tiny_moe_checkpoint(tmp_path):
     (r,) = json.loads(report.read_text())
     assert r["passed"] and r["dtype"] == "float32"
     assert r["engine"]["rel_logit_error"] < 1e-4
+    assert r["engine_alone"]["rel_logit_error"] < 1e-4  # each prompt alone: attention over its own rows
     assert r["greedy_match"] == [12, 12, 12]  # first prompt alone, the other two joining while it decodes

@@ -52,7 +52,10 @@ class VerifyReport:
     dtype: str
     path: str  # which engine path: "fast" (dispatching ops) or "reference" (plain-torch ops)
     prompt_lens: list[int]
-    engine: Agreement  # the engine against the fp32 truth
+    engine: Agreement  # the engine against the fp32 truth, the prompts scored in one step (paged attention)
+    engine_alone: (
+        Agreement  # the same, each prompt scored alone (a lone prompt's path: attention over its rows)
+    )
     transformers: Agreement  # transformers in the engine's dtype against the fp32 truth
     greedy_match: list[int]  # per prompt: leading greedy tokens identical to transformers' (same dtype)
     greedy_tokens: int
@@ -215,6 +218,7 @@ def compare(
     start = time.perf_counter()
     with use_reference(path == "reference"):
         ours = _engine_logits(engine, prompts)
+        alone = [_engine_logits(engine, [p])[0] for p in prompts]
         params = SamplingParams(temperature=0.0, max_tokens=greedy_tokens, ignore_eos=True)
         rid = f"verify-{path}-"
         generated: dict[str, list[int]] = {}
@@ -241,7 +245,7 @@ def compare(
         hf = [ref(torch.tensor([p], device=device)).logits[0].float() for p in prompts]
         with _Upcast(ref) as upcast:
             truth = [upcast(torch.tensor([p], device=device)).logits[0].float() for p in prompts]
-    mine, theirs = _agreement(ours, truth), _agreement(hf, truth)
+    mine, theirs, solo = _agreement(ours, truth), _agreement(hf, truth), _agreement(alone, truth)
     tie_margin = 1e-3 if engine.dtype == torch.float32 else 4 * theirs.rms_abs_error
     matches, greedy_ok = [], True
     for i, prompt in enumerate(prompts):
@@ -266,11 +270,13 @@ def compare(
         path=path,
         prompt_lens=[len(p) for p in prompts],
         engine=mine,
+        engine_alone=solo,
         transformers=theirs,
         greedy_match=matches,
         greedy_tokens=greedy_tokens,
         greedy_ok=greedy_ok,
-        passed=_passes(mine, theirs, engine.dtype, sum(len(p) for p in prompts)) and greedy_ok,
+        passed=all(_passes(a, theirs, engine.dtype, sum(len(p) for p in prompts)) for a in (mine, solo))
+        and greedy_ok,
         seconds=time.perf_counter() - start,
     )
 
@@ -318,6 +324,7 @@ def _format(r: VerifyReport) -> str:
             f"verify [{r.path} path, {r.dtype}] prompts {r.prompt_lens}: {'PASS' if r.passed else 'FAIL'}",
             "  teacher-forced logits against the fp32 truth (transformers, fp32 compute, same weights):",
             row(f"hyserve {r.dtype}", r.engine),
+            row(f"hyserve {r.dtype}, alone", r.engine_alone),
             row(f"transformers {r.dtype}", r.transformers),
             f"  {rule}",
             f"  greedy match with transformers {r.greedy_match} of {r.greedy_tokens} tokens; "
