@@ -3,7 +3,8 @@
 ``python -m hyserve.kernels.attention.bench [--sweep | --sweep-prefill | --fused]``. Decode (B x ctx) is timed inside a CUDA
 graph (as the engine runs it): KV bytes / time against 4.0 TB/s, beside torch SDPA on contiguous K/V and the
 reference. Prefill (T new tokens, optional cached prefix) is timed eagerly: TFLOP/s against 728, beside
-torch SDPA (flash backend) on contiguous K/V. ``--sweep`` tries tile configs and prints the best as JSON
+torch SDPA (flash backend) on contiguous K/V (``sdpa_us``) and ``causal_attention`` (``causal_us``: cuDNN SDPA
+and the gate, the engine's path for a prompt without a cached prefix). ``--sweep`` tries tile configs and prints the best as JSON
 for ``configs/attention.json``. ``--fused`` times the decode with the split partitions merged by a reduce
 launch (fused=0) and by the split kernel's last program (fused=1: the config's ``fused_reduce``) only.
 """
@@ -173,6 +174,17 @@ def _sdpa_prefill(t: int, dtype=DTYPE):
         return expanded
 
 
+def _causal_prefill(t: int, dtype=DTYPE):
+    """``causal_attention`` (the engine's path for a lone prompt: cuDNN SDPA, then the gate) on the strided views
+    the model passes: q and gate the halves of each [query | gate] head, k and v slices of one projection."""
+    from hyserve.kernels.attention import causal_attention
+
+    qg = torch.randn(t, HQ, 2 * D, device=DEVICE, dtype=dtype)
+    q, gate = qg.chunk(2, dim=-1)
+    k, v = torch.randn(t, 2 * HKV, D, device=DEVICE, dtype=dtype).split(HKV, dim=1)
+    return lambda: causal_attention(q, k, v, D**-0.5, gate)
+
+
 def bench_prefill(
     tokens: int,
     prefix: int = 0,
@@ -197,6 +209,7 @@ def bench_prefill(
     )
     if prefix == 0 and baseline:
         row["sdpa_us"] = time_ms(_sdpa_prefill(tokens), graph=False) * 1e3
+        row["causal_us"] = time_ms(_causal_prefill(tokens), graph=False) * 1e3
     if reference:
         row["ref_us"] = time_ms(lambda: paged_attention_reference(*b.args()), graph=False, rep=20) * 1e3
     return row
