@@ -3,8 +3,9 @@
 ``python -m hyserve.kernels.attention.bench [--sweep | --sweep-prefill | --fused]``. Decode (B x ctx) is timed inside a CUDA
 graph (as the engine runs it): KV bytes / time against 4.0 TB/s, beside torch SDPA on contiguous K/V and the
 reference. Prefill (T new tokens, optional cached prefix) is timed eagerly: TFLOP/s against 728, beside
-torch SDPA (flash backend) on contiguous K/V (``sdpa_us``) and ``causal_attention`` (``causal_us``: cuDNN SDPA
-and the gate, the engine's path for a prompt without a cached prefix). ``--sweep`` tries tile configs and prints the best as JSON
+torch SDPA (flash backend) on contiguous K/V (``sdpa_us``) and ``causal_attention``, the engine's path for a
+prompt without a cached prefix, in a CUDA graph (``causal_us``: cuDNN, as the prefill graphs run it) and eagerly
+(``causal_eager_us``: flash). ``--sweep`` tries tile configs and prints the best as JSON
 for ``configs/attention.json``. ``--fused`` times the decode with the split partitions merged by a reduce
 launch (fused=0) and by the split kernel's last program (fused=1: the config's ``fused_reduce``) only.
 """
@@ -209,7 +210,8 @@ def bench_prefill(
     )
     if prefix == 0 and baseline:
         row["sdpa_us"] = time_ms(_sdpa_prefill(tokens), graph=False) * 1e3
-        row["causal_us"] = time_ms(_causal_prefill(tokens), graph=False) * 1e3
+        row["causal_us"] = time_ms(_causal_prefill(tokens), graph=DEVICE == "cuda") * 1e3  # captured: cuDNN
+        row["causal_eager_us"] = time_ms(_causal_prefill(tokens), graph=False) * 1e3  # eager: flash
     if reference:
         row["ref_us"] = time_ms(lambda: paged_attention_reference(*b.args()), graph=False, rep=20) * 1e3
     return row

@@ -4,9 +4,14 @@
 stride), gate None or [T, Hq, D] -> out [T, Hq, D] contiguous: ``softmax(q k^T scale, causal) v`` per head (GQA:
 query head h reads KV head h // (Hq / Hkv)), times ``sigmoid(gate)``. The same rows as ``paged_attention`` when
 the context is exactly these tokens, without reading them back from the paged cache: on CUDA (fp16 / bf16) it
-is torch's SDPA, whose cuDNN backend on Hopper takes GQA and head_dim 256 natively (at 1024 / 4096 tokens, 16
-query and 2 KV heads, D 256: 33 / 262 us on the H200 against 72 / 757 us for ``triton_prefill``;
-docs/performance.md), then the gate in one Triton pass (``triton_gate.py``). Elsewhere the reference.
+is torch's SDPA (GQA native), then the gate in one Triton pass (``triton_gate.py``); elsewhere the reference.
+
+The backend: while a CUDA graph is captured (the prefill graphs' fixed buckets), cuDNN, a FlashAttention-3 class
+kernel on Hopper (at 1024 / 4096 tokens, 16 query and 2 KV heads, D 256: 33 / 262 us on the H200 against 72 / 757
+for ``triton_prefill``; docs/performance.md). cuDNN builds an execution plan for every new shape, reported at tens
+to hundreds of milliseconds (flashinfer-ai/flashinfer#5245, modelscope/FunASR#3704), paid once per bucket in the
+capture but per prompt length in an eager prefill; so an eager prefill (past the largest bucket, or without
+graphs) takes the flash backend, which plans nothing (63 / 543 us). Math last, for GPUs where neither applies.
 """
 
 from __future__ import annotations
@@ -49,9 +54,10 @@ def causal_attention(
         return causal_attention_reference(q, k, v, scale, gate)
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
-    with sdpa_kernel(
-        [SDPBackend.CUDNN_ATTENTION, SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION]
-    ):
+    fast = [SDPBackend.CUDNN_ATTENTION, SDPBackend.FLASH_ATTENTION]
+    if not torch.cuda.is_current_stream_capturing():
+        fast.reverse()
+    with sdpa_kernel([*fast, SDPBackend.MATH], set_priority=True):
         o = F.scaled_dot_product_attention(
             q.transpose(0, 1)[None], k.transpose(0, 1)[None], v.transpose(0, 1)[None],
             is_causal=True, scale=scale, enable_gqa=True,
