@@ -65,6 +65,22 @@ def test_op_matches_reference(t, hq, hkv, d, dtype, gated):
     assert _rel(got, want) < TOL[dtype]
 
 
+@pytest.mark.skipif(not CUDA, reason="CUDA graphs")
+@pytest.mark.parametrize("t", [1024, 300])
+def test_captured_op_matches_reference(t):
+    """In a CUDA graph (the prefill graphs' path: cuDNN), replayed on new inputs copied into the captured ones."""
+    q, k, v, gate = _rows(t, 16, 2, 256, torch.bfloat16, seed=11)
+    causal_attention(q, k, v, 256**-0.5, gate)  # compiles the gate kernel outside the capture
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = causal_attention(q, k, v, 256**-0.5, gate)
+    q2, k2, v2, gate2 = _rows(t, 16, 2, 256, torch.bfloat16, seed=12)
+    for dst, src in ((q, q2), (k, k2), (v, v2), (gate, gate2)):
+        dst.copy_(src)
+    graph.replay()
+    assert _rel(out, causal_attention_reference(q2, k2, v2, 256**-0.5, gate2)) < TOL[torch.bfloat16]
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
 def test_triton_gate(dtype):
     q, _, _, gate = _rows(5, 3, 1, 24, dtype, seed=2)
