@@ -53,9 +53,7 @@ class VerifyReport:
     path: str  # which engine path: "fast" (dispatching ops) or "reference" (plain-torch ops)
     prompt_lens: list[int]
     engine: Agreement  # the engine against the fp32 truth, the prompts scored in one step (paged attention)
-    engine_alone: (
-        Agreement  # the same, each prompt scored alone (a lone prompt's path: attention over its rows)
-    )
+    engine_alone: Agreement  # the same, each prompt scored alone (causal_attention over its own rows)
     transformers: Agreement  # transformers in the engine's dtype against the fp32 truth
     greedy_match: list[int]  # per prompt: leading greedy tokens identical to transformers' (same dtype)
     greedy_tokens: int
