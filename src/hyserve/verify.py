@@ -322,7 +322,7 @@ def _format(r: VerifyReport) -> str:
             f"verify [{r.path} path, {r.dtype}] prompts {r.prompt_lens}: {'PASS' if r.passed else 'FAIL'}",
             "  teacher-forced logits against the fp32 truth (transformers, fp32 compute, same weights):",
             row(f"hyserve {r.dtype}", r.engine),
-            row(f"hyserve {r.dtype}, alone", r.engine_alone),
+            row(f"hyserve {r.dtype} alone", r.engine_alone),
             row(f"transformers {r.dtype}", r.transformers),
             f"  {rule}",
             f"  greedy match with transformers {r.greedy_match} of {r.greedy_tokens} tokens; "
