@@ -9,6 +9,7 @@ from checkpoints import load_reference, make_checkpoint
 from hyserve import LLM, SamplingParams
 from hyserve.engine.scheduler import ScheduledSequence, SchedulerOutput
 from hyserve.engine.sequence import Sequence
+from hyserve.kernels.testing import rel_err
 
 VARIANTS = {
     "moe-flat": dict(kind="moe"),
@@ -35,10 +36,6 @@ def _engine(path, **kw) -> LLM:
     return LLM(str(path), device="cpu", dtype="float32", progress=False, max_model_len=512, **kw)
 
 
-def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
-    return ((a - b).norm() / b.norm()).item()
-
-
 def _score(llm: LLM, prompt: list[int], chunks: list[int]) -> torch.Tensor:
     """Teacher-forced logits of ``prompt`` computed in consecutive chunks of the given sizes."""
     engine = llm.engine
@@ -60,7 +57,7 @@ def test_prefill_logits_match(checkpoint):
     for length in (1, 7, 70, 150):
         ids = torch.randint(0, ref.config.get_text_config().vocab_size, (length,), generator=gen).tolist()
         expected = ref(torch.tensor([ids])).logits[0]
-        assert _rel(_score(llm, ids, [length]), expected) < REL_TOL
+        assert rel_err(_score(llm, ids, [length]), expected) < REL_TOL
 
 
 def test_chunked_prefill_and_decode_steps_match(checkpoint):
@@ -70,9 +67,9 @@ def test_chunked_prefill_and_decode_steps_match(checkpoint):
     ids = torch.randint(0, 500, (90,), generator=torch.Generator().manual_seed(1)).tolist()
     expected = ref(torch.tensor([ids])).logits[0]
     got = _score(llm, ids, [33, 40] + [1] * 17)
-    assert _rel(got, expected) < REL_TOL
+    assert rel_err(got, expected) < REL_TOL
     for pos in range(73, 90):
-        assert _rel(got[pos], expected[pos]) < REL_TOL, pos
+        assert rel_err(got[pos], expected[pos]) < REL_TOL, pos
 
 
 def test_fresh_prompts_attend_over_their_own_rows(checkpoint, monkeypatch):
@@ -92,7 +89,7 @@ def test_fresh_prompts_attend_over_their_own_rows(checkpoint, monkeypatch):
     ids = torch.randint(0, 500, (40,), generator=torch.Generator().manual_seed(2)).tolist()
     got = _score(llm, ids, [30, 8, 1, 1])
     assert calls == {"causal": layers, "paged": 3 * layers}
-    assert _rel(got, ref(torch.tensor([ids])).logits[0]) < REL_TOL
+    assert rel_err(got, ref(torch.tensor([ids])).logits[0]) < REL_TOL
     last_rows_forward(llm, [ids[:9], ids[:5]], [True, True])
     assert calls == {"causal": layers, "paged": 4 * layers}
 
@@ -125,7 +122,7 @@ def test_last_layer_ffn_at_the_sampled_rows_only(checkpoint):
     wanted = [p for p, s in zip(prompts, sampled) if s]
     assert got.shape[0] == len(wanted)
     for row, p in zip(got, wanted):
-        assert _rel(row, ref(torch.tensor([p])).logits[0, -1]) < REL_TOL
+        assert rel_err(row, ref(torch.tensor([p])).logits[0, -1]) < REL_TOL
     assert last_rows_forward(llm, prompts[1:2], [False]).shape[0] == 0
 
 

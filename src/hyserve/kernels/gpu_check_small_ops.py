@@ -22,12 +22,9 @@ import traceback
 
 import torch
 
+from hyserve.kernels.testing import rel_err
+
 BF16_TOL = 1.5e-2
-
-
-def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
-    a, b = a.double(), b.double()
-    return ((a - b).norm() / b.norm().clamp_min(1e-30)).item()
 
 
 class Report:
@@ -92,18 +89,20 @@ def check_attention(rep: Report) -> None:
         ref = paged_attention_reference(*args, gate=gate)
         for max_len in (None, 8192):
             out = paged_attention(*args, gate=gate, max_seq_len=max_len)
-            rep.check(f"decode B={batch} page={page} max_seq_len={max_len}", _rel(out, ref))
+            rep.check(f"decode B={batch} page={page} max_seq_len={max_len}", rel_err(out, ref))
     args, gate = _paged([200, 17, 256], [1, 1, 1], 16, seed=3)  # single-pass path
     out = paged_attention(*args, gate=gate, max_seq_len=256)
-    rep.check("decode short contexts (one pass)", _rel(out, paged_attention_reference(*args, gate=gate)))
+    rep.check("decode short contexts (one pass)", rel_err(out, paged_attention_reference(*args, gate=gate)))
 
     for page in (16, 128):
         ctx, qlen = [4096, 3000, 1500, 700, 1, 33], [4096, 900, 1500, 1, 1, 17]
         args, gate = _paged(ctx, qlen, page, seed=page)
         ref = paged_attention_reference(*args, gate=gate)
-        rep.check(f"prefill mixed T={sum(qlen)} page={page}", _rel(paged_attention(*args, gate=gate), ref))
+        rep.check(f"prefill mixed T={sum(qlen)} page={page}", rel_err(paged_attention(*args, gate=gate), ref))
         proj = torch.cat([args[0], gate.view(args[0].shape)], dim=-1)  # gate as the strided q_proj half
-        rep.check(f"prefill gate view page={page}", _rel(paged_attention(*args, gate=proj[..., 256:]), ref))
+        rep.check(
+            f"prefill gate view page={page}", rel_err(paged_attention(*args, gate=proj[..., 256:]), ref)
+        )
 
     t, page, nb = 4096, 16, 300
     base = torch.randn(nb, page, 2, 256, device="cuda").bfloat16()
@@ -182,7 +181,9 @@ def _graph_case(rep: Report, batch: int, max_seq_len: int | None) -> None:
         graph.replay()
         torch.cuda.synchronize()
         ref = paged_attention_reference(q_static, kc, vc, cu, seq_lens, bt, d**-0.5, gate=proj[..., d:])
-        rep.check(f"CUDA graph decode B={batch} max_seq_len={max_seq_len} replay {seed}", _rel(o_static, ref))
+        rep.check(
+            f"CUDA graph decode B={batch} max_seq_len={max_seq_len} replay {seed}", rel_err(o_static, ref)
+        )
 
 
 def check_small_ops(rep: Report) -> None:
@@ -198,9 +199,9 @@ def check_small_ops(rep: Report) -> None:
         w = 0.3 * torch.randn(2048, **bf)
         out, h = rms_norm(x, w, 1e-6, r)
         want, want_h = rms_norm_reference(x, w, 1e-6, r)
-        rep.check(f"rms_norm+residual T={t}", _rel(out, want), 8e-3)
+        rep.check(f"rms_norm+residual T={t}", rel_err(out, want), 8e-3)
         rep.check(f"rms_norm residual sum T={t} (exact)", 0.0 if torch.equal(h, want_h) else 1.0, 0.5)
-        rep.check(f"rms_norm T={t}", _rel(rms_norm(x, w, 1e-6), rms_norm_reference(x, w, 1e-6)), 8e-3)
+        rep.check(f"rms_norm T={t}", rel_err(rms_norm(x, w, 1e-6), rms_norm_reference(x, w, 1e-6)), 8e-3)
 
         z = torch.randn(t, 32, 128, **bf)
         o = torch.randn(t, 32, 128, **bf)
@@ -208,7 +209,7 @@ def check_small_ops(rep: Report) -> None:
             gw = (1 + 0.2 * torch.randn(128, device="cuda")).to(wd)
             rep.check(
                 f"gated_rms_norm T={t} w={str(wd)[6:]}",
-                _rel(gated_rms_norm(o, z, gw, 1e-6), gated_rms_norm_reference(o, z, gw, 1e-6)),
+                rel_err(gated_rms_norm(o, z, gw, 1e-6), gated_rms_norm_reference(o, z, gw, 1e-6)),
                 8e-3,
             )
 
@@ -219,11 +220,11 @@ def check_small_ops(rep: Report) -> None:
         pos = torch.randint(0, 100000, (t,), device="cuda")
         got = qk_norm_rope(proj[..., :256], k, qw, kw, 1e-6, cos, sin, pos, 64)
         want = qk_norm_rope_reference(proj[..., :256], k, qw, kw, 1e-6, cos, sin, pos, 64)
-        rep.check(f"qk_norm_rope q T={t}", _rel(got[0], want[0]))
-        rep.check(f"qk_norm_rope k T={t}", _rel(got[1], want[1]))
+        rep.check(f"qk_norm_rope q T={t}", rel_err(got[0], want[0]))
+        rep.check(f"qk_norm_rope k T={t}", rel_err(got[1], want[1]))
 
         xa = 2 * torch.randn(t, 1024, **bf)
-        rep.check(f"silu_and_mul T={t}", _rel(silu_and_mul(xa), silu_and_mul_reference(xa)), 8e-3)
+        rep.check(f"silu_and_mul T={t}", rel_err(silu_and_mul(xa), silu_and_mul_reference(xa)), 8e-3)
 
 
 def run_benches(rep: Report, sweep: bool, start_time: float, sweep_after_s: float = 110.0) -> None:

@@ -15,17 +15,13 @@ from hyserve.kernels.attention.reference import paged_attention_reference, store
 from hyserve.kernels.attention.triton_decode import paged_decode
 from hyserve.kernels.attention.triton_prefill import paged_prefill
 from hyserve.kernels.attention.triton_store_kv import store_kv_triton
+from hyserve.kernels.testing import rel_err
 from hyserve.kernels.tickets import ticket_counters
 
 CUDA = torch.cuda.is_available()
 DEVICE = "cuda" if CUDA else "cpu"
 TOL = {torch.float32: 1e-5, torch.float16: 3e-3, torch.bfloat16: 1.5e-2}
 gpu_only = pytest.mark.skipif(not CUDA, reason="real shapes need a GPU")
-
-
-def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
-    a, b = a.double(), b.double()
-    return ((a - b).norm() / b.norm().clamp_min(1e-30)).item()
 
 
 class Batch:
@@ -109,7 +105,7 @@ def test_reference_matches_formula(page, heads):
     for ctx, qlen in (MIXED, DECODE):
         b = Batch(ctx, qlen, *heads, 40, page, device="cpu")
         out = paged_attention_reference(*b.args(), gate=b.gate)
-        assert _rel(out, b.formula()) < 1e-6
+        assert rel_err(out, b.formula()) < 1e-6
         # a [T, Hq, D] gate view gives the same result
         out3 = paged_attention_reference(*b.args(), gate=b.gate.view(b.q.shape))
         assert torch.equal(out, out3)
@@ -134,7 +130,7 @@ def test_decode_kernel(case, splits, block_n):
         *b.args(), b.gate, max(DECODE[0]), out=b.poisoned_out(), num_splits=splits, block_n=block_n
     )
     assert not out.isnan().any()
-    assert _rel(out, ref) < TOL[dtype]
+    assert rel_err(out, ref) < TOL[dtype]
 
 
 # decode batches of 1 and 7 sequences: one key (the other partitions empty), many partitions, and padding rows
@@ -159,8 +155,8 @@ def test_decode_fused_reduce(case, ctx, splits):
     out = paged_decode(*b.args(), b.gate, max(ctx), **run)
     two = paged_decode(*b.args(), b.gate, max(ctx), out=b.poisoned_out(), num_splits=splits, block_n=16)
     assert not out.isnan().any()
-    assert _rel(out, ref) < TOL[dtype]
-    assert _rel(out, two) < MERGE_TOL[dtype]
+    assert rel_err(out, ref) < TOL[dtype]
+    assert rel_err(out, two) < MERGE_TOL[dtype]
     empty = b.seq_lens == 0
     assert torch.equal(out[empty], torch.zeros_like(out[empty]))
     assert not ticket_counters("paged_decode", b.q.device, len(ctx) * hkv).any()
@@ -175,11 +171,11 @@ def test_prefill_kernel(case):
     ref = paged_attention_reference(*b.args(), gate=b.gate)
     out = paged_prefill(*b.args(), b.gate, out=b.poisoned_out(), block_m=16, block_n=16)
     assert not out.isnan().any()
-    assert _rel(out, ref) < TOL[dtype]
+    assert rel_err(out, ref) < TOL[dtype]
     # the gate as the strided [T, Hq, D] half of a [T, Hq, 2D] projection
     proj = torch.cat([b.q, b.gate.view(b.q.shape)], dim=-1)
     out2 = paged_prefill(*b.args(), proj[..., d:], block_m=32, block_n=32)
-    assert _rel(out2, ref) < TOL[dtype]
+    assert rel_err(out2, ref) < TOL[dtype]
 
 
 @pytest.mark.parametrize("splits", [1, 3])
@@ -190,11 +186,11 @@ def test_padding_sequences(splits):
     ref = paged_attention_reference(*b.args(), gate=b.gate)
     out = paged_decode(*b.args(), b.gate, 17, out=b.poisoned_out(), num_splits=splits, block_n=16)
     assert torch.equal(out[1], torch.zeros_like(out[1]))
-    assert _rel(out, ref) < 1e-5
+    assert rel_err(out, ref) < 1e-5
     b = Batch([9, 4, 12], [9, 0, 3], 4, 2, 32, 4)
     ref = paged_attention_reference(*b.args(), gate=b.gate)
     out = paged_prefill(*b.args(), b.gate, out=b.poisoned_out(), block_m=16, block_n=16)
-    assert not out.isnan().any() and _rel(out, ref) < 1e-5
+    assert not out.isnan().any() and rel_err(out, ref) < 1e-5
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
@@ -225,7 +221,7 @@ def test_dispatch(monkeypatch):
         b = Batch(ctx, qlen, 4, 2, 32, 16)
         ref = paged_attention_reference(*b.args(), gate=b.gate)
         assert attn._triton_ok(b.q, b.k_cache, b.v_cache)
-        assert _rel(attn.paged_attention(*b.args(), gate=b.gate), ref) < 1e-5
+        assert rel_err(attn.paged_attention(*b.args(), gate=b.gate), ref) < 1e-5
     monkeypatch.setenv("HYSERVE_KERNELS", "reference")
     assert not attn._triton_ok(b.q, b.k_cache, b.v_cache)
 
@@ -245,7 +241,7 @@ def test_dispatch_fused_reduce(monkeypatch):
     )
     b = Batch(*DECODE, 4, 2, 32, 16)
     ref = paged_attention_reference(*b.args(), gate=b.gate)
-    assert _rel(attn.paged_attention(*b.args(), gate=b.gate), ref) < 1e-5
+    assert rel_err(attn.paged_attention(*b.args(), gate=b.gate), ref) < 1e-5
     counters = tickets._COUNTERS[("paged_decode", str(b.q.device))]
     assert counters.numel() >= len(DECODE[0]) * 2 and not counters.any()
 
@@ -266,7 +262,7 @@ def test_decode_real_shapes(page, batch, fused):
     for max_len in (None, 8192):
         out = paged_decode(*b.args(), b.gate, max_len, out=b.poisoned_out(), fused_reduce=fused)
         assert not out.isnan().any()
-        assert _rel(out, ref) < TOL[torch.bfloat16]
+        assert rel_err(out, ref) < TOL[torch.bfloat16]
 
 
 @gpu_only
@@ -277,4 +273,4 @@ def test_prefill_real_shapes(page):
     ref = paged_attention_reference(*b.args(), gate=b.gate)
     out = paged_prefill(*b.args(), b.gate, out=b.poisoned_out())
     assert not out.isnan().any()
-    assert _rel(out, ref) < TOL[torch.bfloat16]
+    assert rel_err(out, ref) < TOL[torch.bfloat16]

@@ -10,15 +10,11 @@ import torch
 
 from hyserve.kernels.attention import causal_attention, causal_attention_reference, paged_attention_reference
 from hyserve.kernels.attention.triton_gate import sigmoid_gate_triton
+from hyserve.kernels.testing import rel_err
 
 CUDA = torch.cuda.is_available()
 DEVICE = "cuda" if CUDA else "cpu"
 TOL = {torch.float32: 1e-5, torch.float16: 3e-3, torch.bfloat16: 1.5e-2}
-
-
-def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
-    a, b = a.double(), b.double()
-    return ((a - b).norm() / b.norm().clamp_min(1e-30)).item()
 
 
 def _rows(t, hq, hkv, d, dtype, seed=0):
@@ -50,7 +46,7 @@ def test_reference_equals_the_paged_reference(t, hq, hkv, d):
     cu = torch.tensor([0, t], dtype=torch.int32, device=DEVICE)
     lens = torch.tensor([t], dtype=torch.int32, device=DEVICE)
     paged = paged_attention_reference(q, k_cache, v_cache, cu, lens, order[None].int(), d**-0.5, gate)
-    assert _rel(causal_attention_reference(q, k, v, d**-0.5, gate), paged) < 1e-6
+    assert rel_err(causal_attention_reference(q, k, v, d**-0.5, gate), paged) < 1e-6
 
 
 @pytest.mark.parametrize("gated", [True, False])
@@ -62,7 +58,7 @@ def test_op_matches_reference(t, hq, hkv, d, dtype, gated):
     got = causal_attention(q, k, v, d**-0.5, gate)
     want = causal_attention_reference(q, k, v, d**-0.5, gate)
     assert got.shape == (t, hq, d) and got.is_contiguous() and not got.isnan().any()
-    assert _rel(got, want) < TOL[dtype]
+    assert rel_err(got, want) < TOL[dtype]
 
 
 @pytest.mark.skipif(not CUDA, reason="CUDA graphs")
@@ -78,7 +74,7 @@ def test_captured_op_matches_reference(t):
     for dst, src in ((q, q2), (k, k2), (v, v2), (gate, gate2)):
         dst.copy_(src)
     graph.replay()
-    assert _rel(out, causal_attention_reference(q2, k2, v2, 256**-0.5, gate2)) < TOL[torch.bfloat16]
+    assert rel_err(out, causal_attention_reference(q2, k2, v2, 256**-0.5, gate2)) < TOL[torch.bfloat16]
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
@@ -87,7 +83,7 @@ def test_triton_gate(dtype):
     o = q * 0.5  # a strided view's values in a contiguous tensor
     got = sigmoid_gate_triton(o, gate, block=32)
     want = (o.float() * torch.sigmoid(gate.float())).to(dtype)
-    assert got.is_contiguous() and _rel(got, want) < TOL[dtype]
+    assert got.is_contiguous() and rel_err(got, want) < TOL[dtype]
 
 
 def test_bad_shapes_raise():

@@ -11,6 +11,7 @@ import torch
 
 from hyserve.kernels.causal_conv1d.reference import causal_conv1d_prefill_reference
 from hyserve.kernels.causal_conv1d.triton_kernel import causal_conv1d_prefill_triton
+from hyserve.kernels.testing import rel_err
 
 CUDA = torch.cuda.is_available()
 DEVICE = "cuda" if CUDA else "cpu"
@@ -24,11 +25,6 @@ def _no_tf32():
     torch.backends.cudnn.allow_tf32 = False
     yield
     torch.backends.cudnn.allow_tf32 = previous
-
-
-def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
-    a, b = a.double(), b.double()
-    return ((a - b).norm() / b.norm().clamp_min(1e-30)).item()
 
 
 def _inputs(lens, d, width, dtype, seed=0, device=DEVICE):
@@ -62,7 +58,7 @@ def test_reference_matches_loop():
         seq = torch.cat([hist, xd[cu[i] : cu[i + 1]]])
         for t in range(lens[i]):
             y = (seq[t : t + width] * wd.t()).sum(0)
-            assert _rel(got[cu[i] + t], y * torch.sigmoid(y)) < 1e-6
+            assert rel_err(got[cu[i] + t], y * torch.sigmoid(y)) < 1e-6
         if lens[i]:
             assert torch.equal(s[slot].double(), seq[-(width - 1) :])
     assert _unused_equal(state, s, slots[torch.tensor(lens) > 0])
@@ -91,7 +87,7 @@ def test_triton_matches_reference(lens, d, width, dtype, block_t, block_d):
     out = torch.full_like(want, float("nan"))
     causal_conv1d_prefill_triton(x, weight, s_tri, cu, slots, init, block_t=block_t, block_d=block_d, out=out)
     assert not out.isnan().any()
-    assert _rel(out, want) < TOL[dtype]
+    assert rel_err(out, want) < TOL[dtype]
     used = slots[torch.tensor(lens, device=slots.device) > 0]
     assert torch.equal(s_tri[used], s_ref[used])  # copies of inputs and old rows: exact
     assert _unused_equal(state, s_tri, used)
@@ -126,4 +122,4 @@ def test_dispatch(monkeypatch):
     monkeypatch.setenv("HYSERVE_KERNELS", "triton")
     s1, s2 = state.clone(), state.clone()
     got = op.causal_conv1d_prefill(x, weight, s1, cu, slots, init)
-    assert _rel(got, causal_conv1d_prefill_reference(x, weight, s2, cu, slots, init)) < 1e-5
+    assert rel_err(got, causal_conv1d_prefill_reference(x, weight, s2, cu, slots, init)) < 1e-5

@@ -17,15 +17,11 @@ from hyserve.kernels.gated_delta_rule.reference import (
 )
 from hyserve.kernels.gated_delta_rule.triton_decode import gated_delta_rule_decode_triton
 from hyserve.kernels.gated_delta_rule.triton_prefill import gated_delta_rule_prefill_triton
+from hyserve.kernels.testing import rel_err
 
 CUDA = torch.cuda.is_available()
 DEVICE = "cuda" if CUDA else "cpu"
 TOL = {torch.float32: 2e-5, torch.float16: 1e-2, torch.bfloat16: 3e-2}
-
-
-def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
-    a, b = a.double(), b.double()
-    return ((a - b).norm() / b.norm().clamp_min(1e-30)).item()
 
 
 def _naive(q, k, v, g, beta, state, cu_seqlens, state_indices, has_initial_state):
@@ -97,9 +93,9 @@ def test_prefill_reference_matches_naive(h, hv, kd, vd):
     want_o, want_s = _naive(q, k, v, g, beta, clean, cu, idx, init)
     s = state.clone()
     o = gated_delta_rule_prefill_reference(q, k, v, g, beta, s, cu, idx, init)
-    assert _rel(o, want_o) < 1e-5
+    assert rel_err(o, want_o) < 1e-5
     for i, slot in enumerate(idx.tolist()):
-        assert _rel(s[slot], want_s[i]) < 1e-5
+        assert rel_err(s[slot], want_s[i]) < 1e-5
     _check_untouched(state, s, idx)
 
 
@@ -110,9 +106,9 @@ def test_decode_reference_matches_naive():
     want_o, want_s = _naive(q, k, v, g, beta, state, cu, idx, torch.ones(3, dtype=torch.bool))
     s = state.clone()
     o = gated_delta_rule_decode_reference(q, k, v, g, beta, s, idx)
-    assert _rel(o, want_o) < 1e-6
+    assert rel_err(o, want_o) < 1e-6
     for i, slot in enumerate(idx.tolist()):
-        assert _rel(s[slot], want_s[i]) < 1e-6
+        assert rel_err(s[slot], want_s[i]) < 1e-6
     _check_untouched(state, s, idx)
 
 
@@ -145,9 +141,9 @@ def test_prefill_triton_matches_reference(h, hv, kd, vd, lens, dtype, fused, mon
     cfg = {"fused_output": fused}
     got = gated_delta_rule_prefill_triton(q, k, v, g, beta, s_tri, cu, idx, init, configs=cfg, out=out)
     assert got is out and not out.isnan().any()
-    assert _rel(out, want) < TOL[dtype]
+    assert rel_err(out, want) < TOL[dtype]
     used = torch.tensor([s for s, n in zip(idx.tolist(), lens) if n > 0], dtype=torch.long)
-    assert _rel(s_tri[used.to(DEVICE)], s_ref[used.to(DEVICE)]) < TOL[dtype]
+    assert rel_err(s_tri[used.to(DEVICE)], s_ref[used.to(DEVICE)]) < TOL[dtype]
     _check_untouched(state, s_tri, used)
 
 
@@ -166,8 +162,8 @@ def test_decode_triton_matches_reference(h, hv, kd, vd, batch, dtype, block_v):
     out = torch.full_like(want, float("nan"))
     gated_delta_rule_decode_triton(q, k, v, g, beta, s_tri, idx, block_v=block_v, out=out)
     assert not out.isnan().any()
-    assert _rel(out, want) < TOL[dtype]
-    assert _rel(s_tri[idx], s_ref[idx]) < 1e-5  # the state update itself is fp32
+    assert rel_err(out, want) < TOL[dtype]
+    assert rel_err(s_tri[idx], s_ref[idx]) < 1e-5  # the state update itself is fp32
     _check_untouched(state, s_tri, idx)
 
 
@@ -183,7 +179,7 @@ def test_dispatch_uses_triton(monkeypatch):
     q, k, v, g, beta, state, cu, idx, init = _inputs(2, 2, 16, 16, [3, 1], torch.float32)
     s_ref, s_tri = state.clone(), state.clone()
     want = gated_delta_rule_prefill_reference(q, k, v, g, beta, s_ref, cu, idx, init)
-    assert _rel(op.gated_delta_rule_prefill(q, k, v, g, beta, s_tri, cu, idx, init), want) < 1e-5
+    assert rel_err(op.gated_delta_rule_prefill(q, k, v, g, beta, s_tri, cu, idx, init), want) < 1e-5
     assert calls == [1]
     monkeypatch.setenv("HYSERVE_KERNELS", "reference")
     op.gated_delta_rule_prefill(q, k, v, g, beta, s_tri, cu, idx, init)

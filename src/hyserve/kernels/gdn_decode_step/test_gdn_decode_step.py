@@ -14,6 +14,7 @@ import torch.nn.functional as F
 from hyserve.kernels.gdn_decode_step import triton_kernel
 from hyserve.kernels.gdn_decode_step.reference import gdn_decode_step_reference
 from hyserve.kernels.gdn_decode_step.triton_kernel import _workspace, gdn_decode_step_triton
+from hyserve.kernels.testing import rel_err
 
 _triton = gdn_decode_step_triton
 
@@ -22,11 +23,6 @@ DEVICE = "cuda" if CUDA else "cpu"
 TOL = {torch.float32: 2e-5, torch.float16: 1e-2, torch.bfloat16: 3e-2}
 # the fp32 state sees the conv output after rounding to the model dtype: a rare flipped rounding moves it a bit
 STATE_TOL = {torch.float32: 1e-5, torch.float16: 1e-4, torch.bfloat16: 1e-3}
-
-
-def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
-    a, b = a.double(), b.double()
-    return ((a - b).norm() / b.norm().clamp_min(1e-30)).item()
 
 
 def _inputs(h, hv, kd, vd, batch, dtype, width=4, seed=0, device=DEVICE):
@@ -73,10 +69,10 @@ def test_reference_matches_formula():
             g = -torch.exp(a_log[j]) * F.softplus(a[i, j] + dt_bias[j])
             s = ss0[slot, j] * torch.exp(g)
             s = s + torch.outer(kj, (v[j] - s.t() @ kj) * torch.sigmoid(b[i, j]))
-            assert _rel(ss[slot, j], s) < 1e-6
+            assert rel_err(ss[slot, j], s) < 1e-6
             o = s.t() @ qj
             o = nw * o / torch.sqrt((o**2).mean() + eps) * z[i, j] * torch.sigmoid(z[i, j])
-            assert _rel(got[i, j], o) < 1e-5
+            assert rel_err(got[i, j], o) < 1e-5
     assert d == cs.shape[-1]
 
 
@@ -99,9 +95,9 @@ def test_triton_matches_reference(h, hv, kd, vd, batch, dtype, block_v):
     out = torch.full_like(want, float("nan"))
     gdn_decode_step_triton(*args[:9], cs_tri, ss_tri, slots, block_v=block_v, out=out)
     assert not out.isnan().any()
-    assert _rel(out, want) < TOL[dtype]
+    assert rel_err(out, want) < TOL[dtype]
     assert torch.equal(cs_tri, cs_ref)  # conv state: copies of inputs, exact
-    assert _rel(ss_tri[slots], ss_ref[slots]) < STATE_TOL[dtype]
+    assert rel_err(ss_tri[slots], ss_ref[slots]) < STATE_TOL[dtype]
     unused = torch.ones(ss.shape[0], dtype=torch.bool, device=ss.device)
     unused[slots] = False
     assert torch.equal(ss_tri[unused], ss[unused]) and torch.equal(cs_tri[unused], cs[unused])
@@ -117,7 +113,7 @@ def test_other_conv_widths(width):
     cs_ref, ss_ref, cs_tri, ss_tri = cs.clone(), ss.clone(), cs.clone(), ss.clone()
     want = gdn_decode_step_reference(*args[:9], cs_ref, ss_ref, slots)
     got = gdn_decode_step_triton(*args[:9], cs_tri, ss_tri, slots, block_v=8)
-    assert _rel(got, want) < TOL[torch.float32]
+    assert rel_err(got, want) < TOL[torch.float32]
     assert torch.equal(cs_tri, cs_ref)
 
 
@@ -134,9 +130,9 @@ def test_many_steps(block_v):
         args[:4] = fresh[:4]
         want = gdn_decode_step_reference(*args[:9], cs_ref, ss_ref, args[11])
         got = gdn_decode_step_triton(*args[:9], cs_tri, ss_tri, args[11], block_v=block_v)
-        assert _rel(got, want) < TOL[dtype], step
+        assert rel_err(got, want) < TOL[dtype], step
     assert torch.equal(cs_tri, cs_ref)
-    assert _rel(ss_tri, ss_ref) < 10 * STATE_TOL[dtype]
+    assert rel_err(ss_tri, ss_ref) < 10 * STATE_TOL[dtype]
 
 
 def test_dispatch(monkeypatch):
@@ -148,7 +144,7 @@ def test_dispatch(monkeypatch):
     monkeypatch.setenv("HYSERVE_KERNELS", "triton")
     a1 = [t.clone() if isinstance(t, torch.Tensor) else t for t in args]
     a2 = [t.clone() if isinstance(t, torch.Tensor) else t for t in args]
-    assert _rel(gdn_decode_step(*a1), gdn_decode_step_reference(*a2)) < 1e-5
+    assert rel_err(gdn_decode_step(*a1), gdn_decode_step_reference(*a2)) < 1e-5
     assert calls == [1]
 
 

@@ -9,6 +9,7 @@ import torch
 
 from hyserve.kernels.linear.reference import linear_reference
 from hyserve.kernels.linear.triton_kernel import gemv_triton
+from hyserve.kernels.testing import rel_err
 
 # the modules (``hyserve.kernels.linear`` the attribute is the op function)
 linear_op = importlib.import_module("hyserve.kernels.linear")
@@ -26,11 +27,6 @@ def _triton_env(monkeypatch):
         monkeypatch.setenv("TRITON_INTERPRET", "1")
 
 
-def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
-    a, b = a.double().cpu(), b.double().cpu()
-    return ((a - b).norm() / b.norm()).item()
-
-
 def _inputs(m, n, k, dtype, seed=0):
     gen = torch.Generator().manual_seed(seed)
     x = torch.randn(m, k, generator=gen).to(dtype).to(DEVICE)
@@ -40,7 +36,7 @@ def _inputs(m, n, k, dtype, seed=0):
 
 def test_reference_matches_formula():
     x, w = (t.cpu() for t in _inputs(3, 7, 20, torch.float32))
-    assert _rel(linear_reference(x, w), x.double() @ w.double().T) < 1e-6
+    assert rel_err(linear_reference(x, w), x.double() @ w.double().T) < 1e-6
 
 
 SHAPES = [(1, 37, 80), (2, 64, 200), (3, 5, 64), (4, 130, 96)] + (
@@ -70,7 +66,7 @@ def test_gemv_matches_reference(shape, dtype, cfg):
     out = torch.full((m, n), float("nan"), dtype=dtype, device=DEVICE)
     got = gemv_triton(x, w, cfg, out=out)
     assert got is out and not out.isnan().any()
-    assert _rel(out, linear_reference(x, w)) < TOL[dtype]
+    assert rel_err(out, linear_reference(x, w)) < TOL[dtype]
 
 
 @pytest.mark.parametrize("shape", SHAPES)
@@ -105,7 +101,7 @@ def test_gemv_fused_norm_and_residual(shape, dtype, fuse, reduce_each):
         assert got is res
     assert not got.isnan().any()
     base = r if r is not None else torch.zeros_like(got)
-    assert _rel(got.double() - base.double(), want.double() - base.double()) < TOL[dtype]
+    assert rel_err(got.double() - base.double(), want.double() - base.double()) < TOL[dtype]
 
 
 def test_linear_reference_norm_and_residual():
@@ -114,7 +110,7 @@ def test_linear_reference_norm_and_residual():
     xn = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * (1 + g)
     res = r.clone()
     got = linear_reference(x, w, norm_weight=g, norm_eps=1e-6, residual=res)
-    assert got is res and _rel(got, r.double() + xn.double() @ w.double().T) < 1e-6
+    assert got is res and rel_err(got, r.double() + xn.double() @ w.double().T) < 1e-6
 
 
 @pytest.mark.parametrize("rows", [2, 6])
@@ -128,7 +124,7 @@ def test_linear_op_norm_and_residual(rows, monkeypatch):
     res = r.clone()
     got = linear_op.linear(x.view(rows, 1, 48), w, norm_weight=g, norm_eps=1e-6, residual=res)
     want = linear_reference(x.view(rows, 1, 48), w, norm_weight=g, norm_eps=1e-6, residual=r.clone())
-    assert got is res and _rel(got, want) < 1e-5
+    assert got is res and rel_err(got, want) < 1e-5
     with pytest.raises(ValueError, match="residual"):
         linear_op.linear(x, w, residual=torch.zeros(rows, 23, device=DEVICE))
 
@@ -138,7 +134,7 @@ def test_gemv_strided_rows():
     wide = torch.randn(2, 100, device=DEVICE)
     wide[:, 10:58] = x
     got = gemv_triton(wide[:, 10:58], w, {"BLOCK_N": 8, "BLOCK_K": 16})
-    assert _rel(got, linear_reference(x, w)) < 1e-5
+    assert rel_err(got, linear_reference(x, w)) < 1e-5
 
 
 def test_gemv_rejects_too_many_rows():
@@ -162,7 +158,7 @@ def test_dispatch(monkeypatch):
     x, w = _inputs(3, 24, 48, torch.float32, seed=5)
     got = linear_op.linear(x.view(3, 1, 48), w)  # leading dims are flattened into rows
     assert got.shape == (3, 1, 24) and calls == [(3, 48)]
-    assert _rel(got.view(3, 24), linear_reference(x, w)) < 1e-5
+    assert rel_err(got.view(3, 24), linear_reference(x, w)) < 1e-5
     x5, _ = _inputs(5, 24, 48, torch.float32)
     linear_op.linear(x5, w)  # more rows than the GEMV takes: cuBLAS
     linear_op.linear(x[:, :48], w[:8])  # the sweep chose cuBLAS for this shape
@@ -182,8 +178,8 @@ def test_plan_max_rows(monkeypatch):
     )
     monkeypatch.setattr(linear_op, "_plans", lambda: {"24x48": {"BLOCK_N": 8, "BLOCK_K": 16, "max_rows": 1}})
     x, w = _inputs(3, 24, 48, torch.float32, seed=6)
-    assert _rel(linear_op.linear(x, w), linear_reference(x, w)) < 1e-5  # 3 rows: cuBLAS
-    assert _rel(linear_op.linear(x[:1], w), linear_reference(x[:1], w)) < 1e-5  # 1 row: the GEMV
+    assert rel_err(linear_op.linear(x, w), linear_reference(x, w)) < 1e-5  # 3 rows: cuBLAS
+    assert rel_err(linear_op.linear(x[:1], w), linear_reference(x[:1], w)) < 1e-5  # 1 row: the GEMV
     assert calls == [(1, 48)]
 
 

@@ -13,15 +13,11 @@ from hyserve.kernels.qk_norm_rope.reference import (
     rope_cos_sin,
 )
 from hyserve.kernels.qk_norm_rope.triton_kernel import qk_norm_rope_store_triton, qk_norm_rope_triton
+from hyserve.kernels.testing import rel_err
 
 CUDA = torch.cuda.is_available()
 DEVICE = "cuda" if CUDA else "cpu"
 TOL = {torch.float32: 1e-5, torch.float16: 2e-3, torch.bfloat16: 1e-2}
-
-
-def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
-    a, b = a.double(), b.double()
-    return ((a - b).norm() / b.norm()).item()
 
 
 def _inputs(t, hq, hk, d, rot, dtype, seed=0):
@@ -52,8 +48,8 @@ def test_reference_matches_formula():
     q, k, qw, kw, cos, sin, positions = (t.cpu() for t in _inputs(9, 6, 2, 40, 16, torch.float32))
     qo, ko = qk_norm_rope_reference(q, k, qw, kw, 1e-6, cos, sin, positions, 16)
     # the fp32 tables round the angle (positions up to 5000 x frequency) to ~3e-4 rad
-    assert _rel(qo, _formula(q, qw, positions, 16)) < 1e-3
-    assert _rel(ko, _formula(k, kw, positions, 16)) < 1e-3
+    assert rel_err(qo, _formula(q, qw, positions, 16)) < 1e-3
+    assert rel_err(ko, _formula(k, kw, positions, 16)) < 1e-3
 
 
 CASES = [(9, 6, 2, 40, 16), (5, 3, 1, 64, 64), (4, 4, 3, 32, 8)]
@@ -71,7 +67,7 @@ def test_triton_matches_reference(case, dtype):
     qr, kr = qk_norm_rope_reference(q, k, qw, kw, 1e-6, cos, sin, positions, rot)
     assert torch.equal(q, q_in) and torch.equal(k, k_in)  # inputs untouched
     assert not qo.isnan().any() and not ko.isnan().any()
-    assert _rel(qo, qr) < TOL[dtype] and _rel(ko, kr) < TOL[dtype]
+    assert rel_err(qo, qr) < TOL[dtype] and rel_err(ko, kr) < TOL[dtype]
 
 
 def test_dispatch(monkeypatch):
@@ -83,7 +79,7 @@ def test_dispatch(monkeypatch):
         qk_norm_rope(*args[:4], 1e-6, *args[4:], 16),
         qk_norm_rope_reference(*args[:4], 1e-6, *args[4:], 16),
     ):
-        assert _rel(got, want) < 1e-5
+        assert rel_err(got, want) < 1e-5
 
 
 def _store_inputs(t, hq, hk, d, rot, page, dtype, strided_cache=False, seed=0):
@@ -131,14 +127,14 @@ def test_store_matches_reference(case, dtype, strided_cache):
     qo = qk_norm_rope_store_triton(*args, kc, vc, slots)
     qr = qk_norm_rope_store_reference(*args, kc_ref, vc_ref, slots)
     assert all(torch.equal(a, b) for a, b in zip(tensors, before))  # inputs untouched
-    assert qo.is_contiguous() and not qo.isnan().any() and _rel(qo, qr) < TOL[dtype]
+    assert qo.is_contiguous() and not qo.isnan().any() and rel_err(qo, qr) < TOL[dtype]
     # what no slot points at (the negative slots' tokens write nowhere) keeps its NaN; the stored rows match
     assert torch.equal(kc.isnan(), kc_ref.isnan()) and torch.equal(vc.isnan(), vc_ref.isnan())
     kept = slots[slots >= 0]
     assert kept.numel() > 0 and bool((slots < 0).any()) == (slots.numel() > 1)
     k_rows, k_ref, v_rows, v_ref = (c.flatten(0, 1)[kept] for c in (kc, kc_ref, vc, vc_ref))
     assert not k_rows.isnan().any() and not v_rows.isnan().any()
-    assert _rel(k_rows, k_ref) < TOL[dtype] and torch.equal(v_rows, v_ref)  # v: copied as is
+    assert rel_err(k_rows, k_ref) < TOL[dtype] and torch.equal(v_rows, v_ref)  # v: copied as is
 
 
 def test_store_dispatch(monkeypatch):
@@ -159,7 +155,7 @@ def test_store_dispatch(monkeypatch):
         kc_ref, vc_ref = kc.clone(), vc.clone()
         got = qk_norm_rope_store(*args, kc, vc, slots)
         want = qk_norm_rope_store_reference(*args, kc_ref, vc_ref, slots)
-        assert len(fused) == fused_calls and _rel(got, want) < 1e-5
+        assert len(fused) == fused_calls and rel_err(got, want) < 1e-5
         assert torch.equal(kc.isnan(), kc_ref.isnan()) and torch.equal(vc.isnan(), vc_ref.isnan())
-        assert _rel(kc.nan_to_num(), kc_ref.nan_to_num()) < 1e-3
+        assert rel_err(kc.nan_to_num(), kc_ref.nan_to_num()) < 1e-3
         assert torch.equal(vc.nan_to_num(), vc_ref.nan_to_num())

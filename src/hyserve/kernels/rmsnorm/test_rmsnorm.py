@@ -7,15 +7,11 @@ import torch
 
 from hyserve.kernels.rmsnorm.reference import rms_norm_reference
 from hyserve.kernels.rmsnorm.triton_kernel import rms_norm_triton
+from hyserve.kernels.testing import rel_err
 
 CUDA = torch.cuda.is_available()
 DEVICE = "cuda" if CUDA else "cpu"
 TOL = {torch.float32: 1e-5, torch.float16: 1e-3, torch.bfloat16: 8e-3}
-
-
-def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
-    a, b = a.double(), b.double()
-    return ((a - b).norm() / b.norm()).item()
 
 
 def _inputs(shape, dtype, seed=0):
@@ -31,10 +27,12 @@ def test_reference_matches_formula():
     h = x.double() + r.double()
     want = h / (h.pow(2).mean(-1, keepdim=True) + 1e-6).sqrt() * (1 + w.double())
     out, hs = rms_norm_reference(x, w, 1e-6, r)
-    assert _rel(out, want) < 1e-6 and _rel(hs, h) < 1e-7
+    assert rel_err(out, want) < 1e-6 and rel_err(hs, h) < 1e-7
     x0 = x.double()
     assert (
-        _rel(rms_norm_reference(x, w, 1e-6), x0 / (x0.pow(2).mean(-1, keepdim=True) + 1e-6).sqrt() * (1 + w))
+        rel_err(
+            rms_norm_reference(x, w, 1e-6), x0 / (x0.pow(2).mean(-1, keepdim=True) + 1e-6).sqrt() * (1 + w)
+        )
         < 1e-6
     )
 
@@ -49,12 +47,12 @@ def test_triton_matches_reference(shape, dtype):
     x, r, w = _inputs(shape, dtype)
     out = torch.full_like(x, float("nan"))
     rms_norm_triton(x, w, 1e-6, out=out)
-    assert _rel(out, rms_norm_reference(x, w, 1e-6)) < TOL[dtype]
+    assert rel_err(out, rms_norm_reference(x, w, 1e-6)) < TOL[dtype]
     out = torch.full_like(x, float("nan"))
     got, h = rms_norm_triton(x, w, 1e-6, r, out=out)
     want, want_h = rms_norm_reference(x, w, 1e-6, r)
     assert torch.equal(h, want_h)  # the sum is rounded exactly as x + residual
-    assert not got.isnan().any() and _rel(got, want) < TOL[dtype]
+    assert not got.isnan().any() and rel_err(got, want) < TOL[dtype]
 
 
 def test_strided_rows_and_dispatch(monkeypatch):
@@ -63,7 +61,7 @@ def test_strided_rows_and_dispatch(monkeypatch):
     x, r, w = _inputs((6, 96), torch.float32)
     xs = x[::2, :40]  # row stride 192, 40 columns
     monkeypatch.setenv("HYSERVE_KERNELS", "triton")
-    assert _rel(op.rms_norm(xs, w[:40], 1e-6), rms_norm_reference(xs, w[:40], 1e-6)) < 1e-5
+    assert rel_err(op.rms_norm(xs, w[:40], 1e-6), rms_norm_reference(xs, w[:40], 1e-6)) < 1e-5
     got, h = op.rms_norm(xs, w[:40], 1e-6, r[1::2, 8:48])
     want, want_h = rms_norm_reference(xs, w[:40], 1e-6, r[1::2, 8:48])
-    assert _rel(got, want) < 1e-5 and torch.equal(h, want_h)
+    assert rel_err(got, want) < 1e-5 and torch.equal(h, want_h)
