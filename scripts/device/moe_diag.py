@@ -6,9 +6,15 @@ alone (CUDA graph, L2 flushed, as ``moe.tune``) with parts of its loop taken out
   no_x     the x tile gathered once, before the loop, and reused (the weights and the dots stay)
   no_dot   the tiles loaded as before but added elementwise into the accumulators (no tensor cores)
   stream   no_x and no_dot: the weights' TMA stream alone
+  one_dot  full with the gate and up tiles in one [2, BLOCK_I, BLOCK_K] box (a 3-D descriptor over the weights
+           viewed as [2E, I, H]) and one dot of N = 2 BLOCK_I; its h is checked against full's
 
 The outputs of the variants are meaningless; only their times are compared. If ``no_x`` is at the floor the
-gathered x rows (L2 traffic, address math) cost the difference; if ``no_dot`` is, the dots do.
+gathered x rows (L2 traffic, address math) cost the difference; if ``no_dot`` is, the dots do. Every block runs
+one loop through the routed experts' descriptor (the shared expert's blocks read other rows, as many bytes):
+with a second loop for the shared descriptor the two loops' buffers were not shared (196 KB of shared memory,
+one CTA an SM, in the first runs). The copies' x loads pipeline through cp.async where the kernel's do not (98
+against 74 KB: two CTAs an SM against three), so compare the variants with each other, not with the kernel.
 
 usage: python3 scripts/device/moe_diag.py [--tokens 128,1024]
 """
@@ -34,7 +40,8 @@ def _loop(desc, row_g, row_u, x_rows, rmask, kk, H, BLOCK_M: tl.constexpr, BLOCK
           BLOCK_K: tl.constexpr, STAGES: tl.constexpr, NO_X: tl.constexpr, NO_DOT: tl.constexpr):  # fmt: skip
     acc_g = tl.zeros((BLOCK_M, BLOCK_I), dtype=tl.float32)
     acc_u = tl.zeros((BLOCK_M, BLOCK_I), dtype=tl.float32)
-    x0 = tl.load(x_rows[:, None] + kk[None, :], mask=rmask[:, None], other=0.0)
+    if NO_X:
+        x0 = tl.load(x_rows[:, None] + kk[None, :], mask=rmask[:, None], other=0.0)
     for k0 in tl.range(0, H, BLOCK_K, num_stages=STAGES):
         if NO_X:
             xt = x0
@@ -73,13 +80,12 @@ def _diag_kernel(
     tok = tl.where(rmask, tok, 0).to(tl.int64)
     kk = tl.arange(0, BLOCK_K)
     x_rows = x_ptr + tok * stride_xt
-    if e == E:
-        acc_g, acc_u = _loop(sw_desc, n * BLOCK_I, I + n * BLOCK_I, x_rows, rmask, kk, H, BLOCK_M, BLOCK_I, BLOCK_K,
-                             STAGES, NO_X, NO_DOT)  # fmt: skip
-    else:
-        row = e.to(tl.int32) * (2 * I) + n * BLOCK_I
-        acc_g, acc_u = _loop(w_desc, row, row + I, x_rows, rmask, kk, H, BLOCK_M, BLOCK_I, BLOCK_K, STAGES, NO_X,
-                             NO_DOT)  # fmt: skip
+    # one loop for every block, the shared expert's too through the routed descriptor (its rows are the wrong
+    # weights, the same bytes): two loops, one a descriptor, would not share their buffers (1 CTA an SM)
+    row = e.to(tl.int32) % E * (2 * I) + n * BLOCK_I
+    acc_g, acc_u = _loop(
+        w_desc, row, row + I, x_rows, rmask, kk, H, BLOCK_M, BLOCK_I, BLOCK_K, STAGES, NO_X, NO_DOT
+    )
     ii = n * BLOCK_I + tl.arange(0, BLOCK_I)
     h = acc_g / (1.0 + tl.exp(-acc_g)) * acc_u
     tl.store(
@@ -120,11 +126,8 @@ def _one_dot_kernel(
     tok = tl.where(rmask, tok, 0).to(tl.int64)
     kk = tl.arange(0, BLOCK_K)
     x_rows = x_ptr + tok * stride_xt
-    if e == E:
-        acc = _loop_one_dot(sw_desc3, 0, n * BLOCK_I, x_rows, rmask, kk, H, BLOCK_M, BLOCK_I, BLOCK_K, STAGES)
-    else:
-        acc = _loop_one_dot(w_desc3, 2 * e.to(tl.int32), n * BLOCK_I, x_rows, rmask, kk, H, BLOCK_M, BLOCK_I,
-                            BLOCK_K, STAGES)  # fmt: skip
+    acc = _loop_one_dot(w_desc3, 2 * (e.to(tl.int32) % E), n * BLOCK_I, x_rows, rmask, kk, H, BLOCK_M, BLOCK_I,
+                        BLOCK_K, STAGES)  # fmt: skip
     acc_g, acc_u = tl.split(tl.permute(tl.reshape(acc, (BLOCK_M, 2, BLOCK_I)), (0, 2, 1)))
     ii = n * BLOCK_I + tl.arange(0, BLOCK_I)
     h = acc_g / (1.0 + tl.exp(-acc_g)) * acc_u
