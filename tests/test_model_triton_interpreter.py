@@ -17,7 +17,8 @@ import torch
 from checkpoints import load_reference, make_checkpoint
 from hyserve import LLM
 from hyserve.kernels.moe.test_moe import pairs_plan, small_plan
-from test_model_vs_transformers import _rel, _score, last_rows_forward
+from hyserve.kernels.testing import rel_err
+from test_model_vs_transformers import _score, last_rows_forward
 
 linear_op = importlib.import_module("hyserve.kernels.linear")
 triton_moe = importlib.import_module("hyserve.kernels.moe.triton_moe")
@@ -65,9 +66,9 @@ def test_prefill_then_decode_steps_match_transformers(checkpoint, triton_kernels
     expected = ref(torch.tensor([ids])).logits[0]
     got = _score(llm, ids, [20, 1, 1, 1, 1])  # a prefill, then four single-token (decode-kernel) steps
     assert triton_kernels["gemv"] > 0 and triton_kernels["pairs"] > 0
-    assert _rel(got[:20], expected[:20]) < REL_TOL
+    assert rel_err(got[:20], expected[:20]) < REL_TOL
     for pos in range(20, 24):
-        assert _rel(got[pos], expected[pos]) < REL_TOL, pos
+        assert rel_err(got[pos], expected[pos]) < REL_TOL, pos
 
 
 def test_routed_projections_match_transformers(checkpoint, triton_kernels, monkeypatch):
@@ -88,9 +89,9 @@ def test_routed_projections_match_transformers(checkpoint, triton_kernels, monke
     expected = ref(torch.tensor([ids])).logits[0]
     got = _score(llm, ids, [20, 1, 1, 1, 1])
     assert len(routed) == 4 * 4  # four single-token steps, four MoE layers
-    assert _rel(got[:20], expected[:20]) < REL_TOL
+    assert rel_err(got[:20], expected[:20]) < REL_TOL
     for pos in range(20, 24):
-        assert _rel(got[pos], expected[pos]) < REL_TOL, pos
+        assert rel_err(got[pos], expected[pos]) < REL_TOL, pos
 
 
 def test_prefill_sampled_rows_match_transformers(checkpoint, triton_kernels):
@@ -103,4 +104,4 @@ def test_prefill_sampled_rows_match_transformers(checkpoint, triton_kernels):
     got = last_rows_forward(llm, prompts, [True, True])
     assert got.shape[0] == 2 and triton_kernels["pairs"] > 0
     for row, p in zip(got, prompts):
-        assert _rel(row, ref(torch.tensor([p])).logits[0, -1]) < REL_TOL
+        assert rel_err(row, ref(torch.tensor([p])).logits[0, -1]) < REL_TOL
