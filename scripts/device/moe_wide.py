@@ -3,7 +3,7 @@ narrower ones (BLOCK_I 256, BLOCK_K 32, 5 stages, block_m 32), each timed alone 
 graph, L2 flushed), with the weight bytes its experts read per microsecond. Asks whether any plan reaches at
 1024 tokens the rate the 128-token plan streams at.
 
-usage: python3 scripts/device/moe_wide.py [--tokens 128,1024]
+usage: python3 scripts/device/moe_wide.py [--tokens 128,1024] [--committed]
 """
 
 from __future__ import annotations
@@ -57,6 +57,7 @@ DOWN = {
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--tokens", default="128,1024")
+    ap.add_argument("--committed", action="store_true", help="only the committed plan of each length")
     a = ap.parse_args()
     layer = t.make_inputs(init=True)
     gu_bytes, dn_bytes = 2 * t.I * t.H * 2, t.H * t.I * 2  # one expert's gate_up / down weights
@@ -66,7 +67,7 @@ def main() -> None:
         plan = get_plan(T, t.E, t.H, t.I, t.TOP_K, torch.bfloat16)
         print(f"T={T}: {experts} experts with the shared one; committed plan {plan}")
         rows = [(plan["block_m"], "gate_up", plan["gate_up"]), (plan["block_m"], "down", plan["down"])]
-        if T >= 512:
+        if T >= 512 and not a.committed:
             rows += [(bm, "gate_up", c) for bm in (64, 32) for c in GATE_UP[bm]]
             rows += [(bm, "down", c) for bm in (64, 32) for c in DOWN[bm]]
         routes, hs, gu_cfg = {}, {}, {}
