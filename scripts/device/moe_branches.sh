@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # The MoE prefill branches of 2026-12-04 in one device call, each against main: x-pipelined (the grouped
 # gate_up's x gather through cp.async stages) and gate-up-pair (gate and up tiles in one TMA box, one dot).
-# Per branch: the MoE GPU tests of its paths and scripts/device/moe_wide.py --committed (the kernels alone at the
-# committed plans of 32 / 128 / 1024 / 4096 tokens: 32 is the c=32 decode step), then scripts/device/moe_diag.py (the copies' one-dot variant). Run
-# from main with the branches' sources unpacked: `for b in x-pipelined gate-up-pair; do mkdir -p .br/$b &&
-# git archive $b src | tar -x -C .br/$b; done`; carry .br and .whl. ~6 min from a warm Triton cache.
+# Per branch: the MoE GPU tests of its paths and scripts/device/moe_wide.py --committed (the kernels alone at
+# the committed plans of 32 / 128 / 1024 / 4096 tokens; 32 is the c=32 decode step), then, once,
+# scripts/device/moe_diag.py (the copies' one-dot variant). Run from main with the branches' sources unpacked:
+# `for b in x-pipelined gate-up-pair; do mkdir -p .br/$b && git archive $b src | tar -x -C .br/$b; done`;
+# carry .br and .whl. ~6 min from a warm Triton cache.
 set -u
 source "$(dirname "$0")/common.sh"
 TAILN=12 run main_wide 150 python3 scripts/device/moe_wide.py --tokens 32,128,1024,4096 --committed
