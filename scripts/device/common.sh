@@ -12,3 +12,19 @@ W=/tmp/w; mkdir -p $W
 M=configs/Qwen3.6-35B-A3B
 run() { local name=$1 limit=$2; shift 2; echo "== $name"; local s=$SECONDS
   timeout "$limit" "$@" > "$W/$name.log" 2>&1; echo "rc=$? in $((SECONDS - s)) s"; tail -n "${TAILN:-3}" "$W/$name.log"; }
+# `start_server PORT LOG [hyserve serve flags...]`: `hyserve serve` on dummy weights in the background (its pid in
+# $SERVER_PID, its output in LOG), then wait until it answers /v1/models; 1 (and LOG's tail) if it dies first or is
+# not up after ~2 minutes.
+start_server() {
+  local port=$1 log=$2; shift 2
+  python3 -m hyserve serve --model $M --load-format dummy --port "$port" --disable-uvicorn-access-log "$@" \
+    > "$log" 2>&1 &
+  SERVER_PID=$!
+  for _ in $(seq 1 240); do
+    python3 -c "import urllib.request as u; u.urlopen('http://127.0.0.1:$port/v1/models', timeout=2)" \
+      2> /dev/null && return 0
+    kill -0 $SERVER_PID 2> /dev/null || { echo "server died"; tail -n 30 "$log"; return 1; }
+    sleep 0.5
+  done
+  echo "server not up"; tail -n 30 "$log"; return 1
+}

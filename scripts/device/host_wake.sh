@@ -12,15 +12,8 @@ echo "governor: $(cat /sys/devices/system/cpu/cpu0/cpufreq/scaling_governor 2> /
 for s in /sys/devices/system/cpu/cpu0/cpuidle/state*; do
   [ -d "$s" ] && echo "idle state $(cat $s/name): exit latency $(cat $s/latency) us, disabled $(cat $s/disable)"
 done
-python3 -m hyserve serve --model $M --load-format dummy --port $PORT --disable-uvicorn-access-log \
-  --max-num-seqs 48 --max-model-len 8192 --gpu-memory-utilization 0.95 > "$OUT/server.log" 2>&1 &
-pid=$!
-for _ in $(seq 1 240); do
-  python3 -c "import urllib.request as u; u.urlopen('http://127.0.0.1:$PORT/v1/models', timeout=2)" \
-    2> /dev/null && break
-  kill -0 $pid 2> /dev/null || { echo "server died"; tail -n 30 "$OUT/server.log"; exit 1; }
-  sleep 0.5
-done
+start_server $PORT "$OUT/server.log" --max-num-seqs 48 --max-model-len 8192 --gpu-memory-utilization 0.95 || exit 1
+pid=$SERVER_PID
 ttft_server() {  # "sum count" of the server's TTFT histogram
   python3 -c "import urllib.request as u; print(u.urlopen('http://127.0.0.1:$PORT/metrics').read().decode())" \
     | awk '/^hyserve:time_to_first_token_seconds_sum/ {s = $2} /^hyserve:time_to_first_token_seconds_count/ {n = $2}

@@ -6,15 +6,8 @@ set -u
 source "$(dirname "$0")/common.sh"
 PORT=8012
 serve_ttft() {  # $1: label
-  python3 -m hyserve serve --model $M --load-format dummy --port $PORT --disable-uvicorn-access-log \
-    --max-model-len 8192 > "$OUT/server_$1.log" 2>&1 &
-  local pid=$!
-  for _ in $(seq 1 240); do
-    python3 -c "import urllib.request as u; u.urlopen('http://127.0.0.1:$PORT/v1/models', timeout=2)" \
-      2> /dev/null && break
-    kill -0 $pid 2> /dev/null || { echo "server died"; tail -n 20 "$OUT/server_$1.log"; return; }
-    sleep 0.5
-  done
+  start_server $PORT "$OUT/server_$1.log" --max-model-len 8192 || return
+  local pid=$SERVER_PID
   timeout 200 python3 -m hyserve bench --url "http://127.0.0.1:$PORT" --model-dir $M --gpu h200 --no-progress \
     --out "$OUT/bench_$1" --scenario ttft --ttft-reps "${REPS:-10}" > "$OUT/bench_$1.log" 2>&1
   echo "== $1 rc=$?"; tail -n 7 "$OUT/bench_$1.log"

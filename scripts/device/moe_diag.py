@@ -29,10 +29,15 @@ import triton
 import triton.language as tl
 from triton.tools.tensor_descriptor import TensorDescriptor
 
-from hyserve.kernels import tma
 from hyserve.kernels.moe import tune as t
 
-VARIANTS = {"full": (0, 0), "no_x": (1, 0), "no_dot": (0, 1), "stream": (1, 1)}
+VARIANTS = {
+    "full": (0, 0, 0),
+    "no_x": (1, 0, 0),
+    "no_dot": (0, 1, 0),
+    "stream": (1, 1, 0),
+    "one_dot": (0, 0, 1),
+}  # NO_X, NO_DOT, ONE_DOT
 
 
 @triton.jit
@@ -59,10 +64,22 @@ def _loop(desc, row_g, row_u, x_rows, rmask, kk, H, BLOCK_M: tl.constexpr, BLOCK
 
 
 @triton.jit
+def _loop_one_dot(desc3, blk, col, x_rows, rmask, kk, H, BLOCK_M: tl.constexpr, BLOCK_I: tl.constexpr,
+                  BLOCK_K: tl.constexpr, STAGES: tl.constexpr):  # fmt: skip
+    """gate and up rows [col, +BLOCK_I) of block pair (blk, blk + 1) in one box and one dot: acc [BLOCK_M, 2 BLOCK_I]."""
+    acc = tl.zeros((BLOCK_M, 2 * BLOCK_I), dtype=tl.float32)
+    for k0 in tl.range(0, H, BLOCK_K, num_stages=STAGES):
+        xt = tl.load(x_rows[:, None] + (k0 + kk)[None, :], mask=rmask[:, None], other=0.0)
+        w2 = tl.reshape(desc3.load([blk, col, k0]), (2 * BLOCK_I, BLOCK_K))
+        acc = tl.dot(xt, w2.T, acc)
+    return acc
+
+
+@triton.jit
 def _diag_kernel(
-    x_ptr, w_desc, sw_desc, sorted_ptr, meta_ptr, h_ptr, N, H, I, E, MAXB, stride_xt,
+    x_ptr, w_desc, w_desc3, sorted_ptr, meta_ptr, h_ptr, N, H, I, E, MAXB, stride_xt,
     K_TOP: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_I: tl.constexpr, BLOCK_K: tl.constexpr,
-    STAGES: tl.constexpr, NO_X: tl.constexpr, NO_DOT: tl.constexpr,
+    STAGES: tl.constexpr, NO_X: tl.constexpr, NO_DOT: tl.constexpr, ONE_DOT: tl.constexpr,
 ):  # fmt: skip
     n = tl.program_id(0)
     b = tl.program_id(1)
@@ -82,53 +99,14 @@ def _diag_kernel(
     x_rows = x_ptr + tok * stride_xt
     # one loop for every block, the shared expert's too through the routed descriptor (its rows are the wrong
     # weights, the same bytes): two loops, one a descriptor, would not share their buffers (1 CTA an SM)
-    row = e.to(tl.int32) % E * (2 * I) + n * BLOCK_I
-    acc_g, acc_u = _loop(
-        w_desc, row, row + I, x_rows, rmask, kk, H, BLOCK_M, BLOCK_I, BLOCK_K, STAGES, NO_X, NO_DOT
-    )
-    ii = n * BLOCK_I + tl.arange(0, BLOCK_I)
-    h = acc_g / (1.0 + tl.exp(-acc_g)) * acc_u
-    tl.store(
-        h_ptr + pos[:, None].to(tl.int64) * I + ii[None, :], h.to(h_ptr.dtype.element_ty), mask=rmask[:, None]
-    )
-
-
-@triton.jit
-def _loop_one_dot(desc3, blk, col, x_rows, rmask, kk, H, BLOCK_M: tl.constexpr, BLOCK_I: tl.constexpr,
-                  BLOCK_K: tl.constexpr, STAGES: tl.constexpr):  # fmt: skip
-    """gate and up rows [col, +BLOCK_I) of block pair (blk, blk + 1) in one box and one dot: acc [BLOCK_M, 2 BLOCK_I]."""
-    acc = tl.zeros((BLOCK_M, 2 * BLOCK_I), dtype=tl.float32)
-    for k0 in tl.range(0, H, BLOCK_K, num_stages=STAGES):
-        xt = tl.load(x_rows[:, None] + (k0 + kk)[None, :], mask=rmask[:, None], other=0.0)
-        w2 = tl.reshape(desc3.load([blk, col, k0]), (2 * BLOCK_I, BLOCK_K))
-        acc = tl.dot(xt, w2.T, acc)
-    return acc
-
-
-@triton.jit
-def _one_dot_kernel(
-    x_ptr, w_desc3, sw_desc3, sorted_ptr, meta_ptr, h_ptr, N, H, I, E, MAXB, stride_xt,
-    K_TOP: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_I: tl.constexpr, BLOCK_K: tl.constexpr, STAGES: tl.constexpr,
-):  # fmt: skip
-    n = tl.program_id(0)
-    b = tl.program_id(1)
-    if b >= tl.load(meta_ptr + 3 * MAXB):
-        return
-    e = tl.load(meta_ptr + b)
-    row0 = tl.load(meta_ptr + MAXB + b)
-    cnt = tl.load(meta_ptr + 2 * MAXB + b)
-    r = tl.arange(0, BLOCK_M)
-    rmask = r < cnt
-    pos = row0 + r
-    routed = rmask & (pos < N)
-    pair = tl.load(sorted_ptr + pos, mask=routed, other=0)
-    tok = tl.where(pos >= N, pos - N, pair // K_TOP)
-    tok = tl.where(rmask, tok, 0).to(tl.int64)
-    kk = tl.arange(0, BLOCK_K)
-    x_rows = x_ptr + tok * stride_xt
-    acc = _loop_one_dot(w_desc3, 2 * (e.to(tl.int32) % E), n * BLOCK_I, x_rows, rmask, kk, H, BLOCK_M, BLOCK_I,
-                        BLOCK_K, STAGES)  # fmt: skip
-    acc_g, acc_u = tl.split(tl.permute(tl.reshape(acc, (BLOCK_M, 2, BLOCK_I)), (0, 2, 1)))
+    if ONE_DOT:
+        acc = _loop_one_dot(w_desc3, 2 * (e.to(tl.int32) % E), n * BLOCK_I, x_rows, rmask, kk, H, BLOCK_M, BLOCK_I,
+                            BLOCK_K, STAGES)  # fmt: skip
+        acc_g, acc_u = tl.split(tl.permute(tl.reshape(acc, (BLOCK_M, 2, BLOCK_I)), (0, 2, 1)))
+    else:
+        row = e.to(tl.int32) % E * (2 * I) + n * BLOCK_I
+        acc_g, acc_u = _loop(w_desc, row, row + I, x_rows, rmask, kk, H, BLOCK_M, BLOCK_I, BLOCK_K, STAGES, NO_X,
+                             NO_DOT)  # fmt: skip
     ii = n * BLOCK_I + tl.arange(0, BLOCK_I)
     h = acc_g / (1.0 + tl.exp(-acc_g)) * acc_u
     tl.store(
@@ -142,58 +120,41 @@ def main() -> None:
     a = ap.parse_args()
     layer = t.make_inputs(init=True)
     bm, bi, bk, warps, stages = 64, 64, 64, 4, 4
-    wgu, sw = layer["w_gate_up"], layer["shared_gate_up"]
-    descs = tma.expert_descriptors(wgu, sw, [bi, bk])
-    descs3 = (
-        TensorDescriptor.from_tensor(wgu.view(t.E * 2, t.I, t.H), [2, bi, bk]),
-        TensorDescriptor.from_tensor(sw.view(2, t.I, t.H), [2, bi, bk]),
-    )
+    wgu = layer["w_gate_up"]
+    desc = TensorDescriptor.from_tensor(wgu.view(t.E * 2 * t.I, t.H), [bi, bk])
+    desc3 = TensorDescriptor.from_tensor(wgu.view(t.E * 2, t.I, t.H), [2, bi, bk])
     for T in (int(v) for v in a.tokens.split(",")):
         x = t.make_x(T, init=True)
         experts = F.linear(x, layer["gate_weight"]).topk(t.TOP_K, dim=-1).indices.unique().numel() + 1
         floor_us = experts * 2 * t.I * t.H * 2 / 4.0e6
         rt = t.route(layer, x, bm)
         n = T * t.TOP_K
-        h = torch.empty((n + T, t.I), dtype=x.dtype, device=x.device)
+        h = torch.zeros((n + T, t.I), dtype=x.dtype, device=x.device)
         ref = t.time_graph(lambda rt=rt, x=x: t.run_gate_up(layer, x, rt, bm, dict(BLOCK_I=bi, BLOCK_K=bk,
                            num_warps=warps, num_stages=stages, TMA=1)))  # fmt: skip
         print(
             f"T={T}: {experts} experts, weight floor {floor_us:.1f} us at 4.0 TB/s; the kernel {ref * 1e3:.1f} us"
         )
-        for name, (no_x, no_dot) in VARIANTS.items():
+        full = None
+        for name, (no_x, no_dot, one_dot) in VARIANTS.items():
 
-            def run(rt=rt, x=x, h=h, n=n, no_x=no_x, no_dot=no_dot):
+            def run(rt=rt, x=x, h=h, n=n, no_x=no_x, no_dot=no_dot, one_dot=one_dot):
                 _diag_kernel[(triton.cdiv(t.I, bi), rt.max_blocks)](
-                    x, *descs, rt.sorted_pairs, rt.meta, h, n, t.H, t.I, t.E, rt.max_blocks, x.stride(0),
+                    x, desc, desc3, rt.sorted_pairs, rt.meta, h, n, t.H, t.I, t.E, rt.max_blocks, x.stride(0),
                     K_TOP=t.TOP_K, BLOCK_M=bm, BLOCK_I=bi, BLOCK_K=bk, STAGES=stages, NO_X=no_x, NO_DOT=no_dot,
-                    num_warps=warps, num_stages=stages,
+                    ONE_DOT=one_dot, num_warps=warps, num_stages=stages,
                 )  # fmt: skip
 
             ms = t.time_graph(run)
+            note = ""
+            if name == "full":
+                full = h.float().clone()
+            elif one_dot:  # the same products and sums: the h rows should agree bit for bit
+                note = f", relative difference from full's h {((h.float() - full).norm() / full.norm()).item():.2e}"
             print(
-                f"  {name:7s} {ms * 1e3:7.1f} us  ({floor_us / (ms * 1e3):.0%} of the floor's rate)",
+                f"  {name:7s} {ms * 1e3:7.1f} us  ({floor_us / (ms * 1e3):.0%} of the floor's rate){note}",
                 flush=True,
             )
-
-        def one_dot(rt=rt, x=x, h=h, n=n):
-            _one_dot_kernel[(triton.cdiv(t.I, bi), rt.max_blocks)](
-                x, *descs3, rt.sorted_pairs, rt.meta, h, n, t.H, t.I, t.E, rt.max_blocks, x.stride(0),
-                K_TOP=t.TOP_K, BLOCK_M=bm, BLOCK_I=bi, BLOCK_K=bk, STAGES=stages, num_warps=warps, num_stages=stages,
-            )  # fmt: skip
-
-        ms = t.time_graph(one_dot)
-        h.zero_()
-        _diag_kernel[(triton.cdiv(t.I, bi), rt.max_blocks)](
-            x, *descs, rt.sorted_pairs, rt.meta, h, n, t.H, t.I, t.E, rt.max_blocks, x.stride(0),
-            K_TOP=t.TOP_K, BLOCK_M=bm, BLOCK_I=bi, BLOCK_K=bk, STAGES=stages, NO_X=0, NO_DOT=0,
-            num_warps=warps, num_stages=stages,
-        )  # fmt: skip
-        want = h.float().clone()
-        h.zero_()
-        one_dot()
-        diff = ((h.float() - want).norm() / want.norm()).item()
-        print(f"  one_dot {ms * 1e3:7.1f} us  ({floor_us / (ms * 1e3):.0%} of the floor's rate), relative difference "
-              f"from full's h {diff:.2e}", flush=True)  # fmt: skip
 
 
 if __name__ == "__main__":

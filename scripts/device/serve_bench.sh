@@ -7,15 +7,8 @@ set -u
 source "$(dirname "$0")/common.sh"  # PYTHONPATH with the server wheels, $OUT, $M
 PORT=8011
 t0=$(date +%s%N)
-python3 -m hyserve serve --model $M --load-format dummy --port $PORT --disable-uvicorn-access-log "$@" \
-  > "$OUT/server.log" 2>&1 &
-pid=$!
-for _ in $(seq 1 240); do
-  python3 -c "import urllib.request as u; u.urlopen('http://127.0.0.1:$PORT/v1/models', timeout=2)" \
-    2> /dev/null && break
-  kill -0 $pid 2> /dev/null || { echo "server died"; tail -n 30 "$OUT/server.log"; exit 1; }
-  sleep 0.5
-done
+start_server $PORT "$OUT/server.log" "$@" || exit 1
+pid=$SERVER_PID
 echo "server ready after $(( ($(date +%s%N) - t0) / 1000000 )) ms"
 grep -E "model ready|graph capture took|cache:" "$OUT/server.log"
 bench() {
