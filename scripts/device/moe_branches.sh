@@ -11,7 +11,7 @@ source "$(dirname "$0")/common.sh"
 TAILN=12 run main_wide 150 python3 scripts/device/moe_wide.py --tokens 32,128,1024,4096 --committed
 for b in x-pipelined gate-up-pair; do
   PYTHONPATH=/tmp/site:.br/$b/src TAILN=3 run "${b}_tests" 150 python3 -m pytest -q -p no:cacheprovider -rfE \
-    .br/$b/src/hyserve/kernels/moe/test_moe.py -k "prefill_tma or (real_shapes and (auto or prefill))"
+    .br/$b/src/hyserve/kernels/moe/test_moe.py -k "prefill_tma or one_descriptor or (real_shapes and (auto or prefill))"
   PYTHONPATH=/tmp/site:.br/$b/src TAILN=12 run "${b}_wide" 150 python3 scripts/device/moe_wide.py \
     --tokens 32,128,1024,4096 --committed
 done
