@@ -11,9 +11,9 @@ from __future__ import annotations
 import argparse
 
 import torch
-import torch.nn.functional as F
 
 from hyserve.kernels.moe import tune as t
+from hyserve.kernels.moe.bench import moved_bytes
 from hyserve.kernels.moe.configs import get_plan
 
 
@@ -63,7 +63,7 @@ def main() -> None:
     gu_bytes, dn_bytes = 2 * t.I * t.H * 2, t.H * t.I * 2  # one expert's gate_up / down weights
     for T in (int(v) for v in a.tokens.split(",")):
         x = t.make_x(T, init=True)
-        experts = F.linear(x, layer["gate_weight"]).topk(t.TOP_K, dim=-1).indices.unique().numel() + 1
+        experts = moved_bytes(x, layer, t.TOP_K)[1] + 1  # the routed ones touched, and the shared one
         plan = get_plan(T, t.E, t.H, t.I, t.TOP_K, torch.bfloat16)
         print(f"T={T}: {experts} experts with the shared one; committed plan {plan}")
         rows = [(plan["block_m"], "gate_up", plan["gate_up"]), (plan["block_m"], "down", plan["down"])]
