@@ -12,8 +12,8 @@ unless noted, no host reads, CUDA-graph safe; grids depend on T only):
   expert's (row N + t is token t).
 - ``meta [3*MAXB + 1]``: block b (b < meta[3*MAXB] = number of blocks) covers rows
   ``[meta[MAXB+b], meta[MAXB+b] + meta[2*MAXB+b])`` (at most BLOCK_M rows, never padded) of expert
-  ``meta[b]``; expert id E means the shared expert. Routed blocks come first, by expert id, then the
-  ``cdiv(T, BLOCK_M)`` shared blocks. MAXB (``max_blocks``) is a host bound that depends on T only.
+  ``meta[b]``; expert id E means the shared expert. The ``cdiv(T, BLOCK_M)`` shared blocks come first, then
+  the routed blocks by expert id. MAXB (``max_blocks``) is a host bound that depends on T only.
 
 Three implementations of the grouping, same outputs:
 
@@ -211,10 +211,21 @@ def _topk_store(
 def _write_blocks(
     meta_ptr, counts, cols, E, T, N, MAXB, MAX_NB, BLOCK_M: tl.constexpr, HAS_SHARED: tl.constexpr
 ):
-    """Block list from per-expert counts [EP]: expert e gets cdiv(count, BLOCK_M) blocks starting at
-    its exclusive-cumsum row; then the shared expert's cdiv(T, BLOCK_M) blocks; then the count."""
+    """Block list from per-expert counts [EP]: the shared expert's cdiv(T, BLOCK_M) blocks first, then expert e's
+    cdiv(count, BLOCK_M) blocks starting at its exclusive-cumsum row; then the count. The shared blocks come first
+    because each of their programs also takes the shared expert's scalar gate (a second pass over its x rows in
+    the gate_up kernel): last, those programs were the kernel's tail."""
+    nsb = (T + BLOCK_M - 1) // BLOCK_M if HAS_SHARED else 0
+    if HAS_SHARED:
+        sj = tl.arange(0, 64)
+        for s0 in range(0, nsb, 64):
+            js = s0 + sj
+            ms = js < nsb
+            tl.store(meta_ptr + js, js * 0 + E, mask=ms)
+            tl.store(meta_ptr + MAXB + js, N + js * BLOCK_M, mask=ms)
+            tl.store(meta_ptr + 2 * MAXB + js, tl.minimum(T - js * BLOCK_M, BLOCK_M), mask=ms)
     nb = (counts + BLOCK_M - 1) // BLOCK_M
-    boff = tl.cumsum(nb, axis=0) - nb
+    boff = tl.cumsum(nb, axis=0) - nb + nsb
     start = tl.cumsum(counts, axis=0) - counts
     for j in range(0, MAX_NB):
         m = j < nb
@@ -222,19 +233,7 @@ def _write_blocks(
         tl.store(meta_ptr + b, cols, mask=m)
         tl.store(meta_ptr + MAXB + b, start + j * BLOCK_M, mask=m)
         tl.store(meta_ptr + 2 * MAXB + b, tl.minimum(counts - j * BLOCK_M, BLOCK_M), mask=m)
-    nrb = tl.sum(nb, axis=0)
-    total = nrb
-    if HAS_SHARED:
-        nsb = (T + BLOCK_M - 1) // BLOCK_M
-        sj = tl.arange(0, 64)
-        for s0 in range(0, nsb, 64):
-            js = s0 + sj
-            ms = js < nsb
-            bs = nrb + js
-            tl.store(meta_ptr + bs, js * 0 + E, mask=ms)
-            tl.store(meta_ptr + MAXB + bs, N + js * BLOCK_M, mask=ms)
-            tl.store(meta_ptr + 2 * MAXB + bs, tl.minimum(T - js * BLOCK_M, BLOCK_M), mask=ms)
-        total = nrb + nsb
+    total = nsb + tl.sum(nb, axis=0)
     tl.store(meta_ptr + 3 * MAXB, total)
 
 

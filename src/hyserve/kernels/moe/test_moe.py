@@ -195,14 +195,12 @@ def _expected_meta(ids: torch.Tensor, E: int, bm: int, with_shared: bool) -> lis
     T = ids.shape[0]
     n = ids.numel()
     counts = torch.bincount(ids.flatten().long(), minlength=E).tolist()
-    blocks, start = [], 0
+    blocks = [(E, n + j, min(bm, T - j)) for j in range(0, T, bm)] if with_shared else []
+    start = 0
     for e, c in enumerate(counts):
         for j in range(0, c, bm):
             blocks.append((e, start + j, min(bm, c - j)))
         start += c
-    if with_shared:
-        for j in range(0, T, bm):
-            blocks.append((E, n + j, min(bm, T - j)))
     return blocks
 
 
