@@ -1,6 +1,6 @@
-"""Where the grouped gate_up's time above its weight-read floor goes at 1024 tokens: the committed TMA plan
-(block_m 64, BLOCK_I = BLOCK_K = 64, 4 warps, 4 stages) as a copy of ``_gate_up_kernel``'s TMA path, timed
-alone (CUDA graph, L2 flushed, as ``moe.tune``) with parts of its loop taken out:
+"""Where the grouped gate_up's time above its weight-read floor goes at 1024 tokens: the TMA plan of before
+ef65e85 (block_m 64, BLOCK_I = BLOCK_K = 64, 4 warps, 4 stages; 3 stages since) as a copy of
+``_gate_up_kernel``'s TMA path, timed alone (CUDA graph, L2 flushed, as ``moe.tune``) with parts of its loop taken out:
 
   full     the kernel's loop: gathered x tile + two TMA weight tiles + two wgmma a K step
   no_x     the x tile gathered once, before the loop, and reused (the weights and the dots stay)
@@ -30,6 +30,7 @@ from triton.tools.tensor_descriptor import TensorDescriptor
 
 from hyserve.kernels.moe import tune as t
 from hyserve.kernels.moe.bench import moved_bytes
+from hyserve.kernels.moe.routing import block_rows
 
 VARIANTS = {
     "full": (0, 0, 0),
@@ -85,14 +86,7 @@ def _diag_kernel(
     b = tl.program_id(1)
     if b >= tl.load(meta_ptr + 3 * MAXB):
         return
-    e = tl.load(meta_ptr + b)
-    row0 = tl.load(meta_ptr + MAXB + b)
-    cnt = tl.load(meta_ptr + 2 * MAXB + b)
-    r = tl.arange(0, BLOCK_M)
-    rmask = r < cnt
-    pos = row0 + r
-    routed = rmask & (pos < N)
-    pair = tl.load(sorted_ptr + pos, mask=routed, other=0)
+    e, _, pos, rmask, routed, pair = block_rows(meta_ptr, sorted_ptr, b, N, E, MAXB, BLOCK_M)
     tok = tl.where(pos >= N, pos - N, pair // K_TOP)
     tok = tl.where(rmask, tok, 0).to(tl.int64)
     kk = tl.arange(0, BLOCK_K)

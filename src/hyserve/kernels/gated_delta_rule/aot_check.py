@@ -9,7 +9,9 @@ may differ from the GPU's, and its ptxas may too (the register counts are indica
 
 from __future__ import annotations
 
+import hashlib
 import os
+import re
 import subprocess
 import tempfile
 import warnings
@@ -91,8 +93,17 @@ def build(
         fit = f"  {programs} programs: {per_sm}/SM, {w:.2f} waves"
     print(
         f"ok   {name:44s} warps={num_warps} smem={k.metadata.shared:6d} wgmma={wgmma:2d}  {res}"
-        f"  {_ptx_order(k.asm['ptx'])}{fit}"
+        f"  {_ptx_order(k.asm['ptx'])}{fit}  ptx={ptx_sha(k.asm['ptx'])}"
     )
+
+
+def ptx_sha(ptx: str) -> str:
+    """A fingerprint of the build's code: the PTX's sha1 without its debug information (line directives, file
+    table, debug sections, the labels inlining leaves). Two trees whose builds print the same fingerprints run
+    the same code on the GPU, so a refactor of a hot kernel that keeps them needs no device run."""
+    code = re.sub(r"\.section\s+\.debug.*", "", ptx, flags=re.S)
+    lines = (line for line in code.splitlines() if not re.match(r"\s*(\.loc|\.file|//|\$L__tmp\d+:)", line))
+    return hashlib.sha1("\n".join(lines).encode()).hexdigest()[:10]
 
 
 SMS, SM_REGS, SM_WARPS, SM_CTAS, SM_SMEM = 132, 65536, 64, 32, 233472  # the H200 (sm_90)

@@ -238,6 +238,24 @@ def _write_blocks(
 
 
 @triton.jit
+def block_rows(meta_ptr, sorted_ptr, b, N, E, MAXB, BLOCK_M: tl.constexpr):
+    """Block b of the block list ``_write_blocks`` wrote (b below its count) for the expert kernels: (e, pos,
+    rmask, routed, pair). e: its expert (E: the shared expert); pos [BLOCK_M]: its routing rows; rmask: the rows
+    it has (at most BLOCK_M, never padded); routed: those that are pairs (rows < N); pair: their pair ids t*k + j
+    (0 elsewhere)."""
+    e = tl.load(meta_ptr + b)
+    row0 = tl.load(meta_ptr + MAXB + b)
+    cnt = tl.load(meta_ptr + 2 * MAXB + b)
+    is_shared = e == E
+    r = tl.arange(0, BLOCK_M)
+    rmask = r < cnt
+    pos = row0 + r
+    routed = rmask & (pos < N)
+    pair = tl.load(sorted_ptr + pos, mask=routed, other=0)
+    return e, is_shared, pos, rmask, routed, pair
+
+
+@triton.jit
 def _place_chunk(ids_ptr, sorted_ptr, key, N, c0, CHUNK: tl.constexpr):
     """sorted_pairs[rank(p)] = p for the pairs p in [c0, c0 + CHUNK), rank(p) = how many of the unique keys
     ``key`` [NP] (expert*N + pair, _BIG past N) are below p's: a counting sort by comparison (no tl.sort,

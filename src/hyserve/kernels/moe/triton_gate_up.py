@@ -38,6 +38,7 @@ import triton
 import triton.language as tl
 
 from hyserve.kernels import tma
+from hyserve.kernels.moe.routing import block_rows
 from hyserve.kernels.moe.workspace import empty, launch
 from hyserve.kernels.pdl import wait_for_previous
 
@@ -98,16 +99,7 @@ def _gate_up_kernel(
     b = tl.program_id(1)
     if b >= tl.load(meta_ptr + 3 * MAXB):
         return
-    e = tl.load(meta_ptr + b)
-    row0 = tl.load(meta_ptr + MAXB + b)
-    cnt = tl.load(meta_ptr + 2 * MAXB + b)
-    is_shared = e == E
-
-    r = tl.arange(0, BLOCK_M)
-    rmask = r < cnt
-    pos = row0 + r
-    routed = rmask & (pos < N)
-    pair = tl.load(sorted_ptr + pos, mask=routed, other=0)
+    e, is_shared, pos, rmask, routed, pair = block_rows(meta_ptr, sorted_ptr, b, N, E, MAXB, BLOCK_M)
     tok = tl.where(pos >= N, pos - N, pair // K_TOP)
     tok = tl.where(rmask, tok, 0).to(tl.int64)
     wrow = tl.load(topk_w_ptr + pair, mask=routed, other=1.0)

@@ -33,6 +33,7 @@ import triton
 import triton.language as tl
 
 from hyserve.kernels import tma
+from hyserve.kernels.moe.routing import block_rows
 from hyserve.kernels.moe.triton_gate_up import dot_precision
 from hyserve.kernels.moe.workspace import empty, launch
 from hyserve.kernels.pdl import wait_for_previous
@@ -92,15 +93,7 @@ def _down_kernel(
     b = tl.program_id(1)
     if b >= tl.load(meta_ptr + 3 * MAXB):
         return
-    e = tl.load(meta_ptr + b)
-    row0 = tl.load(meta_ptr + MAXB + b)
-    cnt = tl.load(meta_ptr + 2 * MAXB + b)
-    is_shared = e == E
-    r = tl.arange(0, BLOCK_M)
-    rmask = r < cnt
-    pos = row0 + r
-    routed = rmask & (pos < N)
-    pair = tl.load(sorted_ptr + pos, mask=routed, other=0)
+    e, is_shared, pos, rmask, routed, pair = block_rows(meta_ptr, sorted_ptr, b, N, E, MAXB, BLOCK_M)
     dest = tl.where(pos >= N, pos, pair).to(tl.int64)
     wbase = tl.where(is_shared, sw_ptr, w_ptr + e.to(tl.int64) * stride_we)
     stride_h = tl.where(is_shared, stride_sh, stride_wh)
