@@ -239,10 +239,10 @@ def _write_blocks(
 
 @triton.jit
 def block_rows(meta_ptr, sorted_ptr, b, N, E, MAXB, BLOCK_M: tl.constexpr):
-    """Block b of the block list ``_write_blocks`` wrote (b below its count) for the expert kernels: (e, pos,
-    rmask, routed, pair). e: its expert (E: the shared expert); pos [BLOCK_M]: its routing rows; rmask: the rows
-    it has (at most BLOCK_M, never padded); routed: those that are pairs (rows < N); pair: their pair ids t*k + j
-    (0 elsewhere)."""
+    """Block b of the block list ``_write_blocks`` wrote (b below its count) for the expert kernels: (e,
+    is_shared, pos, rmask, routed, pair). e: its expert (E: the shared expert, is_shared); pos [BLOCK_M]: its
+    routing rows; rmask: the rows it has (at most BLOCK_M, never padded); routed: those that are pairs (rows <
+    N); pair: their pair ids t*k + j (0 elsewhere)."""
     e = tl.load(meta_ptr + b)
     row0 = tl.load(meta_ptr + MAXB + b)
     cnt = tl.load(meta_ptr + 2 * MAXB + b)
