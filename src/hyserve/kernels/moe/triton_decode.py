@@ -26,6 +26,7 @@ import torch
 import triton
 import triton.language as tl
 
+from hyserve.kernels.moe.routing import block_rows
 from hyserve.kernels.moe.triton_gate_up import dot_precision
 from hyserve.kernels.moe.workspace import empty, launch
 from hyserve.kernels.pdl import wait_for_previous
@@ -66,19 +67,11 @@ def _down_reduce_kernel(
     hh = p * BLOCK_H + tl.arange(0, BLOCK_H)
     hmask = hh < H
     tp = tl.arange(0, TP)
-    r = tl.arange(0, BLOCK_M)
     kk = tl.arange(0, BLOCK_K)
     nblocks = tl.load(meta_ptr + 3 * MAXB)
     acc = tl.zeros((TP, BLOCK_H), dtype=tl.float32)
     for b in range(0, nblocks):
-        e = tl.load(meta_ptr + b)
-        row0 = tl.load(meta_ptr + MAXB + b)
-        cnt = tl.load(meta_ptr + 2 * MAXB + b)
-        is_shared = e == E
-        rmask = r < cnt
-        pos = row0 + r
-        routed = rmask & (pos < N)
-        pair = tl.load(sorted_ptr + pos, mask=routed, other=0)
+        e, is_shared, pos, rmask, routed, pair = block_rows(meta_ptr, sorted_ptr, b, N, E, MAXB, BLOCK_M)
         tok = tl.where(pos >= N, pos - N, pair // K_TOP)
         tok = tl.where(rmask, tok, -1)
         wbase = tl.where(is_shared, sw_ptr, w_ptr + e.to(tl.int64) * stride_we)
