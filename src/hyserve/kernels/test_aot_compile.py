@@ -39,3 +39,16 @@ def test_waves_on_the_h200():
     assert waves(2304, 4, 31, 256) == (16, 2304 / 2112)  # the routing out-projection: the thread limit
     assert waves(2304, 2, 31, 256)[0] == 32  # two warps a CTA: the 32-CTA limit, one wave
     assert waves(64, 4, 32, 200 * 1024)[0] == 1  # shared memory bounds it
+
+
+def test_ptx_fingerprint_ignores_debug_information_only():
+    """aot_check's ``ptx=`` fingerprint: the same code with other line directives, file table, comments, inlining
+    labels and debug sections has the same fingerprint (a refactor that moves code between functions); another
+    instruction or register changes it."""
+    from hyserve.kernels.gated_delta_rule.aot_check import ptx_sha
+
+    body = "\tld.global.b32 \t%r1, [%rd1];\n\tadd.s32 \t%r2, %r1, 1;\n\tst.global.b32 \t[%rd2], %r2;\n"
+    a = '.file 1 "a.py"\n\t.loc 1 10 4\n' + body + "\t// end\n.section .debug_info {\n.b8 1\n}\n"
+    b = '.file 1 "b.py"\n$L__tmp3:\n\t.loc 1 57 8\n' + body + ".section .debug_abbrev {\n.b8 2\n}\n"
+    assert ptx_sha(a) == ptx_sha(b)
+    assert ptx_sha(a) != ptx_sha(a.replace("add.s32 \t%r2, %r1, 1", "add.s32 \t%r2, %r1, 2"))
