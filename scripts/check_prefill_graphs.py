@@ -9,9 +9,11 @@ prompt whose length is a captured size replays exactly the eager kernels (differ
 one runs every op at the bucket's token count, so it is compared with the eager prefill of the same prompt
 batched with a companion prompt of the padding's length (the same shapes: difference 0 expected); its
 difference from the prompt prefilled alone is printed too (``alone``): cuBLAS and the MoE may pick other
-tiles at another token count, and the dummy model amplifies that bf16 rounding through 40 layers. Then the
-time to first token of both (median of ``--reps``). Exits non-zero when a chosen token differs or a
-difference beyond 0.1 nats shows up against the same-shape eager prefill.
+tiles at another token count, and the dummy model amplifies that bf16 rounding through 40 layers. A plain
+greedy request (no logprobs) through the graph takes the LM head's greedy screen instead of the logits: its
+token must be the graph's top-1 (``greedy``). Then the time to first token of both paths, with logprobs
+(median of ``--reps``). Exits non-zero when a chosen token differs or a difference beyond 0.1 nats shows up
+against the same-shape eager prefill.
 """
 
 from __future__ import annotations
@@ -43,6 +45,15 @@ def _first_token(
     return time.perf_counter() - t0, mine.outputs[0].logprobs[0]
 
 
+def _greedy_token(engine, prompt: list[int], tag: str) -> int:
+    """The first token of a plain greedy request (no logprobs: the runner may take the greedy screen)."""
+    engine.add_request(tag, prompt, SamplingParams(temperature=0.0, max_tokens=1, ignore_eos=True))
+    outs = []
+    while engine.has_unfinished_requests():
+        outs.extend(engine.step())
+    return [o for o in outs if o.request_id == tag][-1].outputs[0].token_ids[0]
+
+
 def _worst(a: tuple[float, list[tuple[int, float]]], b: tuple[float, list[tuple[int, float]]]) -> float:
     """Largest |logprob difference| over the chosen token and a's top-20 tokens that b also lists."""
     (lp_a, top_a), (lp_b, top_b) = a, b
@@ -65,8 +76,8 @@ def main() -> None:
     high = min(engine.config.vocab_size, 248044)
     ok = True
     print(
-        f"{'prompt':>6} {'bucket':>12} {'same top-1':>10} {'max |dlogp|':>11} {'alone':>7} {'graph ms':>9} "
-        f"{'eager ms':>9}"
+        f"{'prompt':>6} {'bucket':>12} {'same top-1':>10} {'max |dlogp|':>11} {'alone':>7} {'greedy':>6} "
+        f"{'graph ms':>9} {'eager ms':>9}"
     )
     for n in [int(x) for x in ns.prompt_lens.split(",")]:
         prompt = torch.randint(0, high, (n,), generator=gen).tolist()
@@ -86,11 +97,15 @@ def main() -> None:
         engine.runner.prefill_graphs = graphs
         same = first["graph"][1][0][0] == same_shape[1][0][0]
         worst = _worst(first["graph"], same_shape)
-        ok &= same and worst < 0.1
+        greedy = _greedy_token(engine, prompt, f"greedy-{n}") == first["graph"][1][0][0]
+        ok &= same and worst < 0.1 and greedy
         where = f"{size} {'exact' if exact else 'padded'}" if size else "none (eager)"
         g_ms, e_ms = (statistics.median(times[p]) * 1e3 for p in ("graph", "eager"))
         alone = _worst(first["graph"], first["eager"])
-        print(f"{n:>6} {where:>12} {str(same):>10} {worst:11.4f} {alone:7.4f} {g_ms:9.2f} {e_ms:9.2f}")
+        print(
+            f"{n:>6} {where:>12} {str(same):>10} {worst:11.4f} {alone:7.4f} {str(greedy):>6} {g_ms:9.2f} "
+            f"{e_ms:9.2f}"
+        )
     if not ok:
         raise SystemExit(1)
 

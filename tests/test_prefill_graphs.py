@@ -87,6 +87,32 @@ def test_padded_prefill_gives_the_plain_prefills_tokens_and_logprobs(model_dir):
             assert max(abs(x - y) for (_, x), (_, y) in zip(top_a, top_b)) < 1e-4
 
 
+def test_a_plain_greedy_prompt_takes_the_greedy_head(model_dir):
+    """The graph ends at the hidden state; the runner's head gives a plain greedy prompt the greedy screen's
+    token (the full head's, by construction) and a prompt with logprobs the logits."""
+    gen = torch.Generator().manual_seed(5)
+    prompts = [torch.randint(0, 500, (n,), generator=gen).tolist() for n in (8, 13, 30)]
+    greedy = SamplingParams(temperature=0.0, max_tokens=3, ignore_eos=True)
+    plain = LLM(str(model_dir), device="cpu", progress=False, max_model_len=128)
+    want = [plain.generate(p, greedy)[0].outputs[0].token_ids for p in prompts]
+    llm = LLM(str(model_dir), device="cpu", progress=False, max_model_len=128)
+    model = llm.engine.model
+    model.lm_head.prepare_greedy_screen()
+    _with_prefill_graphs(llm)
+    heads = []
+    for name in ("compute_greedy", "compute_logits"):
+        f = getattr(model, name)
+        setattr(model, name, lambda h, f=f, name=name: heads.append((name, h.shape[0])) or f(h))
+    got = [llm.generate(p, greedy)[0].outputs[0].token_ids for p in prompts]
+    assert got == want
+    # per prompt: the prefill's greedy token through the screen, then two eager decode steps' logits
+    assert heads == [("compute_greedy", 1), ("compute_logits", 1), ("compute_logits", 1)] * 3
+    heads.clear()
+    with_logprobs = SamplingParams(temperature=0.0, max_tokens=1, ignore_eos=True, logprobs=2)
+    out = llm.generate(prompts[0], with_logprobs)[0].outputs[0]
+    assert out.token_ids == want[0][:1] and heads == [("compute_logits", 1)]
+
+
 def test_bad_sizes_are_refused(model_dir):
     import argparse
 

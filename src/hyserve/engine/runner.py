@@ -90,6 +90,12 @@ def allocate_cache(
     return ModelCache(kv=kv, conv_state=conv, ssm_state=ssm)
 
 
+def _plain_greedy(seqs: list[Sequence], offset: int) -> bool:
+    """Whether every sequence only needs its greedy token: no sampling, logprobs, penalties or masked stops
+    (so the LM head's greedy screen may replace the logits)."""
+    return all(s.params.greedy and s.params.logprobs is None and not writes_logits(s, offset) for s in seqs)
+
+
 class ModelRunner:
     def __init__(
         self,
@@ -208,7 +214,11 @@ class ModelRunner:
             return self._launch_graph(out, input_tokens, offset)
         if self.prefill_graphs is not None and self.prefill_graphs.can_run(out):
             seqs = [out.scheduled[0].seq]
-            sampled = self._sample(self.prefill_graphs.run(out), seqs, offset)
+            hidden = self.prefill_graphs.run(out)  # [1, hidden]
+            if _plain_greedy(seqs, offset):
+                sampled = DeviceSample(self.model.compute_greedy(hidden))
+            else:
+                sampled = self._sample(self.model.compute_logits(hidden), seqs, offset)
             sampled.start_copy()
             return PendingStep(out, seqs, sampled, RunnerOutput({}, {}, {}))
         batch = self.prepare(out)
@@ -244,9 +254,7 @@ class ModelRunner:
         self, out: SchedulerOutput, input_tokens: torch.Tensor | None, offset: int
     ) -> PendingStep:
         seqs = [e.seq for e in out.scheduled]
-        plain = all(
-            s.params.greedy and s.params.logprobs is None and not writes_logits(s, offset) for s in seqs
-        )
+        plain = _plain_greedy(seqs, offset)
         logits, greedy = self.graphs.run(out, input_tokens, greedy_only=plain)
         # The benchmark case: the argmax came out of the graph. The next replay (possibly launched before the host
         # reads this one) overwrites the graph's output buffer, but everything that reads it is queued before
