@@ -126,6 +126,7 @@ def knobs(groups: set[str], state: dict, batch: int = 1, only: tuple[str, ...] =
             Knob(("moe", "gate_up", "PREFETCH"), (None, True)),
             Knob(("moe", "gate_up", "TMA"), (None, 3, 4)),
             Knob(("moe", "gate_up", "BCAST_X"), (None, True)),
+            Knob(("moe", "gate_up", "SHARED_FIRST"), (None, True)),
             Knob(("moe", "down", "REDUCE_EACH"), (None, True)),
             Knob(("moe", "down", "PREFETCH"), (None, True)),
             Knob(("moe", "split_shared"), (None, True)),

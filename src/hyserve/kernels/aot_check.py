@@ -108,11 +108,14 @@ def main() -> None:
                     types = dict(gu_types, ids_ptr=F32 if fl else I32, w_desc=desc, sw_desc=desc)
                     plain = (red, fl, late, stages) == (0, 0, 0, 0) and pre
                     for nx, bx in ((0, 0), (0, 1), (1, 1)) if plain else ((0, 0),):  # NORM_X, BCAST_X
-                        build(triton_pairs._gate_up_pairs_kernel, types, dict(consts, NORM_X=nx, BCAST_X=bx),
-                              gu.get("num_warps", 4), 1, aligned=("H", "I", "E", "sw_bytes"), maxnreg=gu.get("maxnreg"),
-                              programs=-(-512 // gu["BLOCK_I"]) * 9,
-                              label=f"pairs gate_up reduce_each={red} prefetch={pre} "
-                              f"late_wait={late} logits={fl} tma={stages} l2pf={pf} norm_x={nx} bcast_x={bx}")  # fmt: skip
+                        for sf in (0, 1) if plain and nx else (0,):  # SHARED_FIRST
+                            build(triton_pairs._gate_up_pairs_kernel, types,
+                                  dict(consts, NORM_X=nx, BCAST_X=bx, SHARED_FIRST=sf), gu.get("num_warps", 4), 1,
+                                  aligned=("H", "I", "E", "sw_bytes"), maxnreg=gu.get("maxnreg"),
+                                  programs=-(-512 // gu["BLOCK_I"]) * 9,
+                                  label=f"pairs gate_up reduce_each={red} prefetch={pre} late_wait={late} "
+                                  f"logits={fl} tma={stages} l2pf={pf} norm_x={nx} bcast_x={bx}"
+                                  + (" shared_first=1" if sf else ""))  # fmt: skip
     dn = plan["down"]
     dn_types = {"h_ptr": BF, "wd_ptr": BF, "swd_ptr": BF, "ids_ptr": I32, "out_ptr": BF}
     for red, pre, fl in options:

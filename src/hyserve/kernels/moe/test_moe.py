@@ -331,11 +331,13 @@ def test_triton_paths_vs_reference(T: int, path: str) -> None:
         dict(BCAST_X=1),
         dict(BCAST_X=1, REDUCE_EACH=1, PREFETCH=1),
         dict(PREFETCH=1, maxnreg=56),
+        dict(SHARED_FIRST=1),
+        dict(SHARED_FIRST=1, PREFETCH=1, L2PF=4),
     ],
 )
 def test_pairs_kernel_options(T: int, opts: dict) -> None:
-    """The pairs kernels' plan options (fewer registers, one tile ahead, TMA copies and x in the tiles' layout:
-    gate_up only) against the
+    """The pairs kernels' plan options (fewer registers, one tile ahead, TMA copies, x in the tiles' layout and
+    the shared expert's programs first: gate_up only) against the
     reference; tiles that leave masked tails in K and I (H = 48 over BLOCK_K 32, I = 40 over BLOCK_I 16: the
     last TMA box reads past the slice). L2PF (gate_up's L2 prefetch of the shared expert) runs on the GPU
     only."""

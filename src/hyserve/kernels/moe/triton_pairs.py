@@ -150,9 +150,11 @@ def _gate_up_pairs_kernel(
     L2PF: tl.constexpr,
     NORM_X: tl.constexpr,
     BCAST_X: tl.constexpr,
+    SHARED_FIRST: tl.constexpr,
     USE_PDL: tl.constexpr,
 ):
-    """Pair p = P0 + program_id(1). REDUCE_EACH, PREFETCH, LATE_WAIT, TMA, L2PF, NORM_X, BCAST_X: see ``gate_up_pairs``
+    """Pair p = P0 + program_id(1), or with SHARED_FIRST (all pairs in one launch) the T shared-expert pairs
+    first. REDUCE_EACH, PREFETCH, LATE_WAIT, TMA, L2PF, NORM_X, BCAST_X, SHARED_FIRST: see ``gate_up_pairs``
     (w_desc, sw_desc: the routed experts' [E*2I, H] and the shared expert's [2I, H] descriptors; sw_bytes: the
     shared expert's weight size, the L2PF range). FROM_LOGITS: ``ids_ptr`` is the router's logits [*, EP] fp32
     and the pair's expert and weight come from its token's top-k (``topk_w_ptr`` unused)."""
@@ -163,7 +165,11 @@ def _gate_up_pairs_kernel(
             prefetch_l2(sw_ptr, sw_bytes, lin, L2PF, 512)
     if not LATE_WAIT:
         wait_for_previous(USE_PDL)
-    p = tl.program_id(1) + P0
+    if SHARED_FIRST:
+        q = tl.program_id(1)
+        p = tl.where(q < T, T * K_TOP + q, q - T)
+    else:
+        p = tl.program_id(1) + P0
     N = T * K_TOP
     is_shared = p >= N
     pc = tl.minimum(p, N - 1)
@@ -406,8 +412,11 @@ def gate_up_pairs(
     ignored where a descriptor cannot be made); L2PF (a program count: the first programs, resident while the
     router runs, prefetch the shared expert's weights into L2 before the PDL wait, ``kernels/l2_prefetch.py``;
     with PDL and a contiguous shared weight only); BCAST_X (x loaded in the tiles' layout, ``_gate_up_tile``;
-    always on with ``norm_weight``); maxnreg (a register cap a thread: more programs resident an SM, e.g. the
-    ~1150 programs of a batch-1 step in one wave, at the price of spills; CUDA only).
+    always on with ``norm_weight``); SHARED_FIRST (with ``part`` "all" and a shared expert: the shared expert's
+    program columns run first. Its programs also take the shared gate, a second pass over x after the K loop;
+    listed last they are the kernel's tail, listed first that pass overlaps the routed experts' weight stream,
+    as the grouped path's block list does); maxnreg (a register cap a thread: more programs resident an SM,
+    e.g. the ~1150 programs of a batch-1 step in one wave, at the price of spills; CUDA only).
 
     ``part``: "all" pairs in one launch, or the shared expert's rows alone ("shared") and then the routed
     pairs alone into the same ``h`` ("routed", launched right after "shared"). The routed launch then reads
@@ -477,6 +486,7 @@ def gate_up_pairs(
         L2PF=prefetch_parts(cfg, pdl.enabled(x)) if has_shared and sw.is_contiguous() else 0,
         NORM_X=norm_weight is not None,
         BCAST_X=norm_weight is not None or bool(cfg.get("BCAST_X", False)),
+        SHARED_FIRST=part == "all" and has_shared and bool(cfg.get("SHARED_FIRST", False)),
         num_warps=cfg.get("num_warps", 4),
         num_stages=cfg.get("num_stages", 1),
         **({"maxnreg": cfg["maxnreg"]} if cfg.get("maxnreg") else {}),
