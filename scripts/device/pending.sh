@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# The changes built on the CPU on 2026-12-04 (17th session) and not yet run on the H200, in three calls:
+#   PART=1 (~5 min): GPU tests of the changed code (the pairs gate_up's options, the greedy screen in the engine,
+#          the prefill graphs), then scripts/check_prefill_graphs.py (the graph's logprobs against the eager
+#          prefill's, and a plain greedy request's token, which now comes from the LM head's greedy screen).
+#   PART=2 (~6 min): the first token without HTTP, before (.base: `git archive 10fc263 src | tar -x -C .base`,
+#          carried) against the tree, at LENS (128,1024): scripts/device/ab_prefill.sh. Expected ~-0.12 ms.
+#   PART=3 (~4 min): the batch-1 step's plan options (`scripts/tune_step.py --groups options`, SHARED_FIRST
+#          among them): what wins is in $OUT/options; copy its tables in, then verify_serve.sh.
+# Carry .whl (and .base for PART=2).
+set -u
+source "$(dirname "$0")/common.sh"
+W=$OUT
+case "${PART:-1}" in
+  1)
+    TAILN=3 run tests 240 python3 -m pytest -q -p no:cacheprovider src/hyserve/kernels/moe/test_moe.py \
+      -k "pairs_kernel_options" tests/test_greedy_screen.py tests/test_prefill_graphs.py
+    TAILN=12 run check_prefill 300 python3 scripts/check_prefill_graphs.py --model $M --load-format dummy \
+      --kv-cache-memory-gb 8 --max-num-seqs 8 --max-model-len 8192 --prompt-lens 100,128,1000,1024,4096 --reps 3
+    ;;
+  2) LENS=${LENS:-128,1024} REPS=${REPS:-7} bash scripts/device/ab_prefill.sh ;;
+  3) NAME=options BATCH=1 KNOBS=options PASSES=1 REPLAYS=200 LIMIT=500 bash scripts/device/tune_step.sh ;;
+  *) echo "PART must be 1, 2 or 3" && exit 2 ;;
+esac
