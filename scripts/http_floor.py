@@ -4,6 +4,9 @@ Two stand-in servers under uvicorn, each in its own process, answer ``POST /v1/c
 chunk and ``[DONE]``: a plain ASGI callable (uvicorn's floor) and a FastAPI route with a StreamingResponse (the
 framework hyserve serves with). The client, aiohttp as in ``hyserve bench``, times each request from the post to
 its first data line, prompt of ``--prompt-len`` token ids; medians over ``--requests`` after 3 warm-up requests.
+A second client, one blocking socket that sends the pre-encoded request in one write, times the same servers:
+the difference is what the aiohttp client itself adds (building and writing the request, waking its event loop
+for the answer), which ``hyserve bench`` and ``vllm bench serve`` both include in their time to first token.
 Compare with ``scripts/sim_serving_host.py --concurrency 1 --output-len 1 --prefill-us 0`` (hyserve's server over
 a simulated device) on the same machine.
 
@@ -14,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import random
 import socket
 import statistics
@@ -93,6 +97,40 @@ async def _first_chunk_ms(port: int, prompt_len: int, requests: int) -> list[flo
         return times[3:]
 
 
+def _first_chunk_ms_raw(port: int, prompt_len: int, requests: int) -> list[float]:
+    """The same requests from a plain socket (keep-alive, TCP_NODELAY, the whole request in one write)."""
+    body = json.dumps(
+        {
+            "model": "m",
+            "prompt": [random.randrange(1000) for _ in range(prompt_len)],
+            "max_tokens": 1,
+            "stream": True,
+        }
+    ).encode()
+    head = "POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+    request = f"{head}Content-Length: {len(body)}\r\n\r\n".encode() + body
+    for _ in range(100):  # until the server listens
+        try:
+            sock = socket.create_connection(("127.0.0.1", port))
+            break
+        except ConnectionRefusedError:
+            time.sleep(0.1)
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    times = []
+    with sock:
+        for _ in range(requests + 3):
+            t0 = time.perf_counter()
+            sock.sendall(request)
+            buf = b""
+            while b"data: {" not in buf:
+                buf += sock.recv(65536)
+            times.append(1e3 * (time.perf_counter() - t0))
+            while not buf.endswith(b"0\r\n\r\n"):  # the rest of the chunked answer, up to its last chunk
+                buf += sock.recv(65536)
+            time.sleep(0.02)
+    return times[3:]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--prompt-len", type=int, default=128)
@@ -103,10 +141,14 @@ def main() -> None:
         server = subprocess.Popen([sys.executable, "-c", source.format(chunk=CHUNK), str(port)])
         try:
             times = asyncio.run(_first_chunk_ms(port, ns.prompt_len, ns.requests))
+            raw = _first_chunk_ms_raw(port, ns.prompt_len, ns.requests)
         finally:
             server.terminate()
             server.wait()
-        print(f"{name:>10}: first data line {statistics.median(times):.2f} ms median, {min(times):.2f} min")
+        print(
+            f"{name:>10}: first data line {statistics.median(times):.2f} ms median, {min(times):.2f} min (aiohttp); "
+            f"{statistics.median(raw):.2f} median, {min(raw):.2f} min (socket)"
+        )
 
 
 if __name__ == "__main__":
