@@ -2,7 +2,8 @@
 # The changes built on the CPU on 2026-12-04 (17th session) and not yet run on the H200, in three calls:
 #   PART=1 (~5 min): GPU tests of the changed code (the pairs gate_up's options, the greedy screen in the engine,
 #          the prefill graphs), then scripts/check_prefill_graphs.py (the graph's logprobs against the eager
-#          prefill's, and a plain greedy request's token, which now comes from the LM head's greedy screen).
+#          prefill's, and a plain greedy request's token, which now comes from the LM head's greedy screen);
+#          then scripts/http_floor.py at 1024 ids: how much of the ~2.6 ms HTTP adds here is the aiohttp client.
 #   PART=2 (~6 min): the first token without HTTP, before (.base: `git archive 10fc263 src | tar -x -C .base`,
 #          carried) against the tree, at LENS (128,1024): scripts/device/ab_prefill.sh. Expected ~-0.12 ms.
 #   PART=3 (~4 min): the batch-1 step's plan options (`scripts/tune_step.py --groups options`, SHARED_FIRST
@@ -17,6 +18,7 @@ case "${PART:-1}" in
       -k "pairs_kernel_options" tests/test_greedy_screen.py tests/test_prefill_graphs.py
     TAILN=12 run check_prefill 300 python3 scripts/check_prefill_graphs.py --model $M --load-format dummy \
       --kv-cache-memory-gb 8 --max-num-seqs 8 --max-model-len 8192 --prompt-lens 100,128,1000,1024,4096 --reps 3
+    TAILN=2 run http_floor 120 python3 scripts/http_floor.py --prompt-len 1024 --requests 60
     ;;
   2) LENS=${LENS:-128,1024} REPS=${REPS:-7} bash scripts/device/ab_prefill.sh ;;
   3) NAME=options BATCH=1 KNOBS=options PASSES=1 REPLAYS=200 LIMIT=500 bash scripts/device/tune_step.sh ;;
