@@ -18,7 +18,7 @@ case "${PART:-1}" in
       -k "pairs_kernel_options" tests/test_greedy_screen.py tests/test_prefill_graphs.py
     TAILN=12 run check_prefill 300 python3 scripts/check_prefill_graphs.py --model $M --load-format dummy \
       --kv-cache-memory-gb 8 --max-num-seqs 8 --max-model-len 8192 --prompt-lens 100,128,1000,1024,4096 --reps 3
-    TAILN=2 run http_floor 120 python3 scripts/http_floor.py --prompt-len 1024 --requests 60
+    TAILN=3 run http_floor 180 python3 scripts/http_floor.py --prompt-len 1024 --requests 60
     ;;
   2) LENS=${LENS:-128,1024} REPS=${REPS:-7} bash scripts/device/ab_prefill.sh ;;
   3) NAME=options BATCH=1 KNOBS=options PASSES=1 REPLAYS=200 LIMIT=500 bash scripts/device/tune_step.sh ;;
