@@ -82,16 +82,20 @@ def test_plain_greedy_steps_take_the_greedy_only_graph(model_dir):
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs and the Triton screen need a GPU")
-def test_captured_greedy_graphs_give_the_full_heads_tokens(model_dir):
+@pytest.mark.parametrize("prefill_sizes", [[], [8]])
+def test_captured_greedy_graphs_give_the_full_heads_tokens(model_dir, prefill_sizes):
+    """With prefill graphs ([8]: a lone prompt of 3-5 tokens replays the padded 8-token graph) a plain greedy
+    prompt's first token comes from the screen too (the runner's head after the replay)."""
     prompts = [[5, 9, 13, 200], [7, 7, 7], [300, 2, 18, 44, 61]]
     greedy = SamplingParams(temperature=0.0, max_tokens=12, ignore_eos=True)
     outs = {}
     for screen in (False, True):
         llm = LLM(str(model_dir), device="cuda", progress=False, greedy_screen=screen, max_num_seqs=4,
-                  kv_cache_memory_gb=1, cuda_graph_sizes=[1, 2, 4], prefill_graph_sizes=[], warmup=False)  # fmt: skip
+                  kv_cache_memory_gb=1, cuda_graph_sizes=[1, 2, 4], prefill_graph_sizes=prefill_sizes,
+                  warmup=False)  # fmt: skip
         assert sorted(llm.engine.runner.graphs.greedy_graphs) == ([1, 2, 4] if screen else [])
         outs[screen] = [o.outputs[0].token_ids for o in llm.generate(prompts, greedy)]
-        outs[screen] += [llm.generate(prompts[0], greedy)[0].outputs[0].token_ids]  # batch 1
+        outs[screen] += [llm.generate(p, greedy)[0].outputs[0].token_ids for p in prompts]  # alone: batch 1
         del llm
     assert outs[True] == outs[False]
 
