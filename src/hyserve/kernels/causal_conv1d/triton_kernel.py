@@ -28,6 +28,8 @@ import torch
 import triton
 import triton.language as tl
 
+from hyserve.kernels.contracts import require
+
 _CONFIG = {"BT": 32, "BD": 128, "num_warps": 4}
 
 
@@ -127,8 +129,12 @@ def causal_conv1d_prefill_triton(
     t, d = x.shape
     width = weight.shape[-1]
     n = state_indices.shape[0]
-    assert x.stride(-1) == 1 and conv_state.is_contiguous() and conv_state.shape[1:] == (width - 1, d)
-    assert conv_state.dtype == x.dtype  # one load per tap reads x or the slot
+    require(
+        x.stride(-1) == 1 and conv_state.is_contiguous() and conv_state.shape[1:] == (width - 1, d),
+        "causal_conv1d_prefill: x needs a contiguous last dim, conv_state must be contiguous [S, W-1, D]",
+    )
+    # one load per tap reads x or the slot
+    require(conv_state.dtype == x.dtype, "causal_conv1d_prefill: conv_state must have x's dtype")
     out = torch.empty_like(x) if out is None else out
     if t == 0 or n == 0:
         return out

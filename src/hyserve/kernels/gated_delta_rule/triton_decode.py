@@ -16,6 +16,8 @@ import torch
 import triton
 import triton.language as tl
 
+from hyserve.kernels.contracts import require
+
 # batch size -> (BV, num_warps); the first entry whose bound is >= B
 _CONFIGS = ((4, 32, 4), (1 << 30, 64, 4))
 
@@ -86,11 +88,17 @@ def gated_delta_rule_decode_triton(
     ``out`` [B, HV, V] contiguous receives o (else allocated)."""
     b, h, kd = q.shape
     hv, vd = v.shape[1], v.shape[2]
-    assert q.stride(-1) == k.stride(-1) == v.stride(-1) == 1 and state.is_contiguous()
-    assert state.dtype == torch.float32 and hv % h == 0
+    require(
+        q.stride(-1) == k.stride(-1) == v.stride(-1) == 1 and state.is_contiguous(),
+        "gated_delta_rule_decode: q, k, v need a contiguous last dim and the state a contiguous tensor",
+    )
+    require(
+        state.dtype == torch.float32 and hv % h == 0,
+        "gated_delta_rule_decode: the state must be fp32, and the value heads a multiple of the key heads",
+    )
     if out is None:
         out = torch.empty((b, hv, vd), device=v.device, dtype=v.dtype)
-    assert out.is_contiguous()
+    require(out.is_contiguous(), "gated_delta_rule_decode: out must be contiguous")
     if b == 0:
         return out
     g = g if g.stride(-1) == 1 else g.contiguous()

@@ -38,6 +38,8 @@ import torch
 import triton
 import triton.language as tl
 
+from hyserve.kernels.contracts import require
+
 CHUNK = 64
 
 # Tile configs (data, picked here by the wrapper): BV of the state / output kernels, warps, stages.
@@ -409,8 +411,14 @@ def gated_delta_rule_prefill_triton(
     t, h, kd = q.shape
     hv, vd = v.shape[1], v.shape[2]
     n = state_indices.shape[0]
-    assert q.stride(-1) == k.stride(-1) == v.stride(-1) == 1 and state.is_contiguous()
-    assert state.dtype == torch.float32 and hv % h == 0
+    require(
+        q.stride(-1) == k.stride(-1) == v.stride(-1) == 1 and state.is_contiguous(),
+        "gated_delta_rule_prefill: q, k, v need a contiguous last dim and the state a contiguous tensor",
+    )
+    require(
+        state.dtype == torch.float32 and hv % h == 0,
+        "gated_delta_rule_prefill: the state must be fp32, and the value heads a multiple of the key heads",
+    )
     if out is None:
         out = torch.empty((t, hv, vd), device=v.device, dtype=v.dtype)
     if t == 0 or n == 0:

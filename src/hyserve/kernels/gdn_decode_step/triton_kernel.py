@@ -39,6 +39,7 @@ import torch
 import triton
 import triton.language as tl
 
+from hyserve.kernels.contracts import require
 from hyserve.kernels.gdn_gating.triton_kernel import softplus
 from hyserve.kernels.pdl import launch_options, wait_for_previous
 from hyserve.kernels.tickets import ticket_counters
@@ -281,16 +282,20 @@ def gdn_decode_step_triton(
     _, hv, kd, vd = ssm_state.shape
     width = conv_weight.shape[-1]
     h = (dim - hv * vd) // (2 * kd)
-    assert (
+    require(
         mixed_qkv.stride(-1) == 1
         and z.stride(-1) == 1
         and conv_state.is_contiguous()
-        and ssm_state.is_contiguous()
+        and ssm_state.is_contiguous(),
+        "gdn_decode_step: mixed_qkv and z need a contiguous last dim, conv_state and ssm_state must be contiguous",
     )
-    assert conv_state.shape[1:] == (width - 1, dim) and 2 * h * kd + hv * vd == dim and width >= 2
+    require(
+        conv_state.shape[1:] == (width - 1, dim) and 2 * h * kd + hv * vd == dim and width >= 2,
+        "gdn_decode_step: conv_state must be [S, W-1, D] with D = 2*H*K + HV*V the mixed_qkv width, and W >= 2",
+    )
     if out is None:
         out = torch.empty((batch, hv, vd), device=mixed_qkv.device, dtype=mixed_qkv.dtype)
-    assert out.is_contiguous()
+    require(out.is_contiguous(), "gdn_decode_step: out must be contiguous")
     if batch == 0:
         return out
     conv_weight = conv_weight.reshape(dim, width)

@@ -18,6 +18,7 @@ import torch
 import triton
 import triton.language as tl
 
+from hyserve.kernels.contracts import require
 from hyserve.kernels.moe.routing import (
     ROW_SPLIT,
     Routing,
@@ -293,7 +294,11 @@ def _router_route(
     T, H = x.shape
     E = gate_weight.shape[0]
     dev = x.device
-    assert small_routing(T, E, top_k) and x.stride(1) == 1 and gate_weight.stride(1) == 1
+    require(small_routing(T, E, top_k), "the fused router takes small batches only (routing.small_routing)")
+    require(
+        x.stride(1) == 1 and gate_weight.stride(1) == 1,
+        "the fused router needs x and gate_weight with a contiguous last dim",
+    )
     xn = empty((T, H), x.dtype, dev) if norm_weight is not None else None
     EP = triton.next_power_of_2(E)
     KP = triton.next_power_of_2(top_k)

@@ -40,6 +40,7 @@ import torch
 import triton
 import triton.language as tl
 
+from hyserve.kernels.contracts import require
 from hyserve.kernels.moe.workspace import empty, launch
 from hyserve.kernels.pdl import wait_for_previous
 
@@ -631,7 +632,7 @@ def route_and_align(
     instead of one program doing both; None picks it from T (``SPLIT_MIN_TOKENS``)."""
     T, E = logits.shape
     dev = logits.device
-    assert logits.stride(1) == 1
+    require(logits.stride(1) == 1, "route_and_align: the logits need a contiguous last dim")
     n = T * top_k
     mb = max_blocks(T, E, top_k, block_m, with_shared)
     sorted_pairs = empty((n,), torch.int32, dev)

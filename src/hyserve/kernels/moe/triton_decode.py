@@ -26,6 +26,7 @@ import torch
 import triton
 import triton.language as tl
 
+from hyserve.kernels.contracts import require
 from hyserve.kernels.moe.routing import block_rows
 from hyserve.kernels.moe.triton_gate_up import dot_precision
 from hyserve.kernels.moe.workspace import empty, launch
@@ -134,12 +135,16 @@ def down_reduce(
     """h [N + T, I] -> out [T, H] (see the module docstring); with ``add_out`` the result is added to out's
     contents (the residual stream). cfg: BLOCK_H, BLOCK_K, num_warps, num_stages."""
     E, H, inter = w_down.shape
-    assert T <= MAX_REDUCE_TOKENS and w_down.stride(2) == 1
+    require(T <= MAX_REDUCE_TOKENS, "the reduce down takes at most MAX_REDUCE_TOKENS tokens")
+    require(w_down.stride(2) == 1, "the reduce down needs w_down with a contiguous last dim")
     if out is None:
         out = empty((T, H), h.dtype, h.device)
     sw = shared_down if shared_down is not None else w_down
     if shared_down is not None:
-        assert shared_down.shape == (H, inter) and shared_down.stride(1) == 1
+        require(
+            shared_down.shape == (H, inter) and shared_down.stride(1) == 1,
+            "the reduce down needs shared_down [H, I] (the routed experts' I) with a contiguous last dim",
+        )
     bh, bk = cfg["BLOCK_H"], cfg["BLOCK_K"]
     use_dot = block_m >= 16
     tp = triton.next_power_of_2(T)

@@ -38,6 +38,7 @@ import triton
 import triton.language as tl
 
 from hyserve.kernels import tma
+from hyserve.kernels.contracts import require
 from hyserve.kernels.moe.routing import block_rows
 from hyserve.kernels.moe.workspace import empty, launch
 from hyserve.kernels.pdl import wait_for_previous
@@ -199,12 +200,17 @@ def gate_up(
     inter = two_i // 2
     k_top = topk_weights.shape[1]
     n = T * k_top
-    assert w_gate_up.stride(2) == 1 and x.stride(1) == 1
+    require(
+        w_gate_up.stride(2) == 1 and x.stride(1) == 1, "gate_up: w_gate_up and x need a contiguous last dim"
+    )
     h = empty((n + T, inter), x.dtype, x.device)
     bi, bk = cfg["BLOCK_I"], cfg["BLOCK_K"]
     sw = shared_gate_up if shared_gate_up is not None else w_gate_up
     if shared_gate_up is not None:
-        assert shared_gate_up.stride(1) == 1 and shared_gate_up.shape == (two_i, H)
+        require(
+            shared_gate_up.stride(1) == 1 and shared_gate_up.shape == (two_i, H),
+            "gate_up: shared_gate_up must be [2I, H] (the routed experts' I) with a contiguous last dim",
+        )
     sg = shared_expert_gate if shared_expert_gate is not None else x
     grid = (triton.cdiv(inter, bi), max_blocks)
     descs = tma.expert_descriptors(w_gate_up, sw, [bi, bk]) if cfg.get("TMA") and block_m >= 16 else None

@@ -33,6 +33,7 @@ import triton
 import triton.language as tl
 
 from hyserve.kernels import tma
+from hyserve.kernels.contracts import require
 from hyserve.kernels.moe.routing import block_rows
 from hyserve.kernels.moe.triton_gate_up import dot_precision
 from hyserve.kernels.moe.workspace import empty, launch
@@ -210,12 +211,16 @@ def down_scatter_sum(
     stream). cfg: BLOCK_H, BLOCK_K, num_warps, num_stages; ``fused_sum`` (default False): the sum in the down
     kernel's tail (one launch) instead of ``_sum_kernel``."""
     E, H, inter = w_down.shape
-    assert w_down.stride(2) == 1 and block_m >= 16
+    require(w_down.stride(2) == 1, "the scatter down needs w_down with a contiguous last dim")
+    require(block_m >= 16, "the scatter down needs block_m >= 16 (its tiles are tensor-core dots)")
     n = T * k_top
     has_shared = shared_down is not None
     sw = shared_down if has_shared else w_down
     if has_shared:
-        assert shared_down.shape == (H, inter) and shared_down.stride(1) == 1
+        require(
+            shared_down.shape == (H, inter) and shared_down.stride(1) == 1,
+            "the scatter down needs shared_down [H, I] (the routed experts' I) with a contiguous last dim",
+        )
     y = empty((n + T, H), h.dtype, h.device)
     if out is None:
         out = empty((T, H), h.dtype, h.device)
