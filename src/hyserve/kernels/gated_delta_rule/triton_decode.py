@@ -72,6 +72,18 @@ def decode_config(batch: int) -> tuple[int, int]:
     raise AssertionError
 
 
+def require_delta_rule_inputs(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, state: torch.Tensor) -> None:
+    """What the decode and prefill kernels assume of q, k [.., H, K], v [.., HV, V] and the state."""
+    require(
+        q.stride(-1) == k.stride(-1) == v.stride(-1) == 1 and state.is_contiguous(),
+        "gated delta rule: q, k, v need a contiguous last dim and the state must be contiguous",
+    )
+    require(
+        state.dtype == torch.float32 and v.shape[-2] % q.shape[-2] == 0,
+        "gated delta rule: the state must be fp32, and the value heads a multiple of the key heads",
+    )
+
+
 def gated_delta_rule_decode_triton(
     q: torch.Tensor,
     k: torch.Tensor,
@@ -88,14 +100,7 @@ def gated_delta_rule_decode_triton(
     ``out`` [B, HV, V] contiguous receives o (else allocated)."""
     b, h, kd = q.shape
     hv, vd = v.shape[1], v.shape[2]
-    require(
-        q.stride(-1) == k.stride(-1) == v.stride(-1) == 1 and state.is_contiguous(),
-        "gated_delta_rule_decode: q, k, v need a contiguous last dim and the state a contiguous tensor",
-    )
-    require(
-        state.dtype == torch.float32 and hv % h == 0,
-        "gated_delta_rule_decode: the state must be fp32, and the value heads a multiple of the key heads",
-    )
+    require_delta_rule_inputs(q, k, v, state)
     if out is None:
         out = torch.empty((b, hv, vd), device=v.device, dtype=v.dtype)
     require(out.is_contiguous(), "gated_delta_rule_decode: out must be contiguous")

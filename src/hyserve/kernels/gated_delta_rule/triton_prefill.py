@@ -38,7 +38,7 @@ import torch
 import triton
 import triton.language as tl
 
-from hyserve.kernels.contracts import require
+from hyserve.kernels.gated_delta_rule.triton_decode import require_delta_rule_inputs
 
 CHUNK = 64
 
@@ -411,14 +411,7 @@ def gated_delta_rule_prefill_triton(
     t, h, kd = q.shape
     hv, vd = v.shape[1], v.shape[2]
     n = state_indices.shape[0]
-    require(
-        q.stride(-1) == k.stride(-1) == v.stride(-1) == 1 and state.is_contiguous(),
-        "gated_delta_rule_prefill: q, k, v need a contiguous last dim and the state a contiguous tensor",
-    )
-    require(
-        state.dtype == torch.float32 and hv % h == 0,
-        "gated_delta_rule_prefill: the state must be fp32, and the value heads a multiple of the key heads",
-    )
+    require_delta_rule_inputs(q, k, v, state)
     if out is None:
         out = torch.empty((t, hv, vd), device=v.device, dtype=v.dtype)
     if t == 0 or n == 0:
