@@ -29,11 +29,10 @@ from hyserve.engine.args import add_engine_arguments, engine_args_from
 from hyserve.llm import LLM
 
 
-def _first_token(
-    engine, prompt: list[int], tag: str, companion: list[int] | None = None
-) -> tuple[float, tuple[float, list[tuple[int, float]]]]:
-    """Seconds to the prompt's first token and its (logprob, top-20); a companion prompt prefills beside it."""
-    params = SamplingParams(temperature=0.0, max_tokens=1, ignore_eos=True, logprobs=20)
+def _first_output(
+    engine, prompt: list[int], tag: str, params: SamplingParams, companion: list[int] | None = None
+):
+    """(seconds to the prompt's first token, its CompletionOutput); a companion prompt prefills beside it."""
     t0 = time.perf_counter()
     engine.add_request(tag, prompt, params)
     if companion:
@@ -41,17 +40,22 @@ def _first_token(
     outs = []
     while engine.has_unfinished_requests():
         outs.extend(engine.step())
-    mine = [o for o in outs if o.request_id == tag][-1]
-    return time.perf_counter() - t0, mine.outputs[0].logprobs[0]
+    return time.perf_counter() - t0, [o for o in outs if o.request_id == tag][-1].outputs[0]
+
+
+def _first_token(
+    engine, prompt: list[int], tag: str, companion: list[int] | None = None
+) -> tuple[float, tuple[float, list[tuple[int, float]]]]:
+    """Seconds to the prompt's first token and its (logprob, top-20)."""
+    params = SamplingParams(temperature=0.0, max_tokens=1, ignore_eos=True, logprobs=20)
+    seconds, out = _first_output(engine, prompt, tag, params, companion)
+    return seconds, out.logprobs[0]
 
 
 def _greedy_token(engine, prompt: list[int], tag: str) -> int:
     """The first token of a plain greedy request (no logprobs: the runner may take the greedy screen)."""
-    engine.add_request(tag, prompt, SamplingParams(temperature=0.0, max_tokens=1, ignore_eos=True))
-    outs = []
-    while engine.has_unfinished_requests():
-        outs.extend(engine.step())
-    return [o for o in outs if o.request_id == tag][-1].outputs[0].token_ids[0]
+    params = SamplingParams(temperature=0.0, max_tokens=1, ignore_eos=True)
+    return _first_output(engine, prompt, tag, params)[1].token_ids[0]
 
 
 def _worst(a: tuple[float, list[tuple[int, float]]], b: tuple[float, list[tuple[int, float]]]) -> float:

@@ -98,9 +98,18 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+def _body(prompt_len: int) -> dict:
+    """A streamed completion of one token for a random prompt of ``prompt_len`` token ids."""
+    return {
+        "model": "m",
+        "prompt": [random.randrange(1000) for _ in range(prompt_len)],
+        "max_tokens": 1,
+        "stream": True,
+    }
+
+
 async def _first_chunk_ms(port: int, prompt_len: int, requests: int) -> list[float]:
-    body = {"model": "m", "prompt": [random.randrange(1000) for _ in range(prompt_len)], "max_tokens": 1}
-    body["stream"] = True
+    body = _body(prompt_len)
     url = f"http://127.0.0.1:{port}/v1/completions"
     async with aiohttp.ClientSession() as session:
         for _ in range(600):  # until the server listens
@@ -124,14 +133,7 @@ async def _first_chunk_ms(port: int, prompt_len: int, requests: int) -> list[flo
 
 def _first_chunk_ms_raw(port: int, prompt_len: int, requests: int) -> list[float]:
     """The same requests from a plain socket (keep-alive, TCP_NODELAY, the whole request in one write)."""
-    body = json.dumps(
-        {
-            "model": "m",
-            "prompt": [random.randrange(1000) for _ in range(prompt_len)],
-            "max_tokens": 1,
-            "stream": True,
-        }
-    ).encode()
+    body = json.dumps(_body(prompt_len)).encode()
     head = "POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
     request = f"{head}Content-Length: {len(body)}\r\n\r\n".encode() + body
     for _ in range(100):  # until the server listens
@@ -164,7 +166,7 @@ def main() -> None:
     scripts = str(Path(__file__).resolve().parent)
     for name, source in [*SERVERS.items(), ("hyserve", HYSERVE)]:
         port = _free_port()
-        code = HYSERVE.format(step=SIM_STEP_MS) if name == "hyserve" else source.format(chunk=CHUNK)
+        code = source.format(chunk=CHUNK, step=SIM_STEP_MS)  # each source uses the names it has
         server = subprocess.Popen([sys.executable, "-c", code, str(port), scripts], stderr=subprocess.DEVNULL)
         try:
             times = asyncio.run(_first_chunk_ms(port, ns.prompt_len, ns.requests))
