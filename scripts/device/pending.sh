@@ -8,6 +8,10 @@
 #          carried) against the tree, at LENS (128,1024): scripts/device/ab_prefill.sh. Expected ~-0.12 ms.
 #   PART=3 (~4 min): the batch-1 step's plan options (`scripts/tune_step.py --groups options`, SHARED_FIRST
 #          among them): what wins is in $OUT/options; copy its tables in, then verify_serve.sh.
+#   PART=4 (~4 min): the GEMV over 12-bit packed bf16 weights (kernels/packed_bf16, 18th session): its GPU tests
+#          (the prmt decode at the model's shapes), its sm_90 builds, then `linear.bench --packed` at the model's
+#          GEMV shapes against the committed bf16 plans. It pays off if the best packed tile takes clearly less
+#          than the bf16 plan (0.75 of the time at most); then the MoE pairs kernels are next.
 # Carry .whl (and .base for PART=2).
 set -u
 source "$(dirname "$0")/common.sh"
@@ -22,5 +26,12 @@ case "${PART:-1}" in
     ;;
   2) LENS=${LENS:-128,1024} REPS=${REPS:-7} bash scripts/device/ab_prefill.sh ;;
   3) NAME=options BATCH=1 KNOBS=options PASSES=1 REPLAYS=200 LIMIT=500 bash scripts/device/tune_step.sh ;;
-  *) echo "PART must be 1, 2 or 3" && exit 2 ;;
+  4)
+    TAILN=3 run tests 300 python3 -m pytest -q -p no:cacheprovider src/hyserve/kernels/packed_bf16 \
+      src/hyserve/kernels/linear/test_packed.py
+    TAILN=40 run bench 400 python3 -m hyserve.kernels.linear.bench --packed \
+      --shapes 12608x2048,2304x4096,9472x2048,2048x4096
+    cp $W/bench.log $OUT/packed_bench.log
+    ;;
+  *) echo "PART must be 1, 2, 3 or 4" && exit 2 ;;
 esac

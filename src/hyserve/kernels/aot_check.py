@@ -2,7 +2,7 @@
 
 ``PYTHONPATH=src python -m hyserve.kernels.aot_check`` covers the kernels the model runs at batch 1 outside
 the DeltaNet (whose own check is ``hyserve.kernels.gated_delta_rule.aot_check``, same method and caveats):
-the GEMV with and without its fused norm and residual, the fused MoE router with and without the norm, the
+the GEMV with and without its fused norm and residual (and over 12-bit packed weights), the fused MoE router with and without the norm, the
 pairs gate_up and down kernels and their options, the grouped down kernels' residual epilogues and the paged
 decode attention, at the model's shapes and tiles (bf16, PDL on). The CPU interpreter runs code the GPU
 compiler may reject, so run this before spending device time on a change; it is not the JIT's launch path,
@@ -26,6 +26,7 @@ from hyserve.kernels.gated_delta_rule.aot_check import BF, F32, FAILED, build
 from hyserve.kernels.greedy_head import triton_kernel as greedy
 from hyserve.kernels.linear import _plans
 from hyserve.kernels.linear import triton_kernel as gemv
+from hyserve.kernels.linear import triton_packed as gemv_packed
 from hyserve.kernels.moe import router, triton_decode, triton_gate_up, triton_pairs, triton_prefill
 from hyserve.kernels.moe.configs import get_plan
 from hyserve.kernels.qk_norm_rope import triton_kernel as qk_rope
@@ -64,6 +65,15 @@ def main() -> None:
             build(gemv._gemv_kernel, types, consts, plan.get("num_warps", 4), 1, aligned=("N", "K"),
                   programs=-(-int(shape.split("x")[0]) // plan["BLOCK_N"]),
                   label=f"gemv {shape} norm={norm} res={res} reduce_each={red} tma={tma} bcast_x={bx} raw={raw}")  # fmt: skip
+    packed_types = dict(gemv_types, low_ptr="*u8", nib_ptr="*u8", base_ptr=I32, eptr_ptr=I32, erow_ptr=I32,
+                        ecol_ptr=I32, eval_ptr=F32)  # fmt: skip
+    for shape, bk, warps in (("12608x2048", 1024, 4), ("2304x4096", 1024, 4), ("2304x4096", 2048, 8)):
+        for norm, res, raw in ((0, 0, 0), (1, 0, 0), (0, 1, 0), (1, 0, 1)):
+            consts = dict(BLOCK_M=1, BLOCK_N=1, BLOCK_K=bk, ESCAPES=16, EVEN_K=True, HAS_NORM=norm, HAS_RES=res,
+                          REDUCE_EACH=0, HAS_RAW=raw, ASM=True, USE_PDL=True)  # fmt: skip
+            build(gemv_packed._packed_gemv_kernel, packed_types, consts, warps, 1, aligned=("N", "K"),
+                  programs=int(shape.split("x")[0]),
+                  label=f"packed gemv {shape} block_k={bk} norm={norm} res={res} raw={raw}")  # fmt: skip
     out_plan = _plans().get("2304x4096") or _plans()["2048x4096"]
     route_types = {"a_ptr": BF, "w_ptr": BF, "h_ptr": BF, "part_ptr": BF, "raw_ptr": F32, "counter_ptr": I32,
                    "ids_ptr": I32, "top_ptr": F32}  # fmt: skip

@@ -173,6 +173,35 @@ def _gemv_kernel(
     )
 
 
+def gemv_output(
+    x: torch.Tensor,
+    n: int,
+    cfg: dict,
+    out: torch.Tensor | None,
+    norm_weight: torch.Tensor | None,
+    residual: torch.Tensor | None,
+    raw_from: int | None,
+) -> torch.Tensor:
+    """Check the GEMV's arguments against x [M, K] and an output width ``n`` (the contract of ``gemv_triton``,
+    whatever the weight's format) and return the output: ``out``, else the residual, else a new [M, n]."""
+    M, K = x.shape
+    if M > GEMV_MAX_ROWS or x.stride(1) != 1:
+        raise ValueError(f"the GEMV takes at most {GEMV_MAX_ROWS} K-contiguous rows, got x {tuple(x.shape)}")
+    if residual is not None and (residual.shape != (M, n) or residual.stride(1) != 1):
+        raise ValueError(
+            f"the residual must be [{M}, {n}] with unit column stride, got {tuple(residual.shape)}"
+        )
+    if norm_weight is not None and norm_weight.shape != (K,):
+        raise ValueError(f"norm_weight must be [{K}], got {tuple(norm_weight.shape)}")
+    if raw_from is not None and (norm_weight is None or raw_from % cfg["BLOCK_N"] or not 0 <= raw_from <= n):
+        raise ValueError(
+            f"raw_from {raw_from} needs a norm and a multiple of BLOCK_N {cfg['BLOCK_N']} in [0, {n}]"
+        )
+    if out is not None:
+        return out
+    return residual if residual is not None else torch.empty((M, n), dtype=x.dtype, device=x.device)
+
+
 def gemv_triton(
     x: torch.Tensor,
     weight: torch.Tensor,
@@ -195,24 +224,11 @@ def gemv_triton(
     fit an SM, spilling what does not fit; ``aot_check`` prints both). ``raw_from`` (with the norm; a multiple
     of BLOCK_N): output columns
     from it on are ``x W^T`` without the norm (the router's rows of ``kernels/routed_projection``)."""
+    if weight.stride(1) != 1:
+        raise ValueError(f"gemv_triton needs a K-contiguous weight, got strides {weight.stride()}")
+    out = gemv_output(x, weight.shape[0], cfg, out, norm_weight, residual, raw_from)
     M, K = x.shape
     N = weight.shape[0]
-    if M > GEMV_MAX_ROWS or x.stride(1) != 1 or weight.stride(1) != 1:
-        raise ValueError(
-            f"gemv_triton takes at most {GEMV_MAX_ROWS} K-contiguous rows, got x {tuple(x.shape)}"
-        )
-    if residual is not None and (residual.shape != (M, N) or residual.stride(1) != 1):
-        raise ValueError(
-            f"the residual must be [{M}, {N}] with unit column stride, got {tuple(residual.shape)}"
-        )
-    if norm_weight is not None and norm_weight.shape != (K,):
-        raise ValueError(f"norm_weight must be [{K}], got {tuple(norm_weight.shape)}")
-    if raw_from is not None and (norm_weight is None or raw_from % cfg["BLOCK_N"] or not 0 <= raw_from <= N):
-        raise ValueError(
-            f"raw_from {raw_from} needs a norm and a multiple of BLOCK_N {cfg['BLOCK_N']} in [0, {N}]"
-        )
-    if out is None:
-        out = residual if residual is not None else torch.empty((M, N), dtype=x.dtype, device=x.device)
     if M == 0:
         return out
     block_m = triton.next_power_of_2(M)

@@ -1,0 +1,319 @@
+"""The GEMV of ``triton_kernel.py`` over a weight in the 12-bit bf16 format (``kernels/packed_bf16``).
+
+At batch 1 the GEMV streams its weight once and does one multiply-add a weight, so it is bound by the bytes
+it reads. The 12-bit format holds the same bf16 values in 0.75 of the bytes, for ~2.6 more integer operations
+an element (``packed_bf16/triton_kernel.py``): at 4.0 TB/s of 12-bit weights, ~2.7 T elements/s, that is ~7 of
+the H200's ~16 T integer operations a second.
+
+Grid, fusions (the pre-norm, the residual add, the router's raw rows), the PDL wait and the result are those
+of ``_gemv_kernel``. The tile differs: [BLOCK_N rows, BLOCK_K / 8 groups of 8 elements], a group a thread, and
+x (and the norm weight) load as the same [BLOCK_M, BLOCK_N, groups] grid of 16-byte groups (the same x for
+every row, L1 serving the repeats), so no value moves between threads. A plan keeps one group a thread when
+BLOCK_N * BLOCK_K = 8 x 32 x num_warps (each load's layout is then one element a thread); other tiles work
+but Triton may shuffle through shared memory. The escapes of the program's rows (a handful of values outside their
+row's exponent window, stored apart with their true value) add ``(w - v') x[col]`` to the result: the first
+``ESCAPES`` entries load with the first weight tile, before the PDL wait, and their products are taken right
+after it, so a program's tail is the same as the bf16 kernel's unless a row block has more (a loop at the end).
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from hyserve.kernels.contracts import require
+from hyserve.kernels.linear.triton_kernel import _norm_mask, gemv_output
+from hyserve.kernels.packed_bf16 import PackedBF16
+from hyserve.kernels.packed_bf16.triton_kernel import bf16_pair_halves, decode_group, escape_deltas
+from hyserve.kernels.pdl import launch_options, wait_for_previous
+
+
+@triton.jit
+def _escape_entries(erow_ptr, ecol_ptr, eval_ptr, base_ptr, p0, p_end, ESCAPES: tl.constexpr):
+    """Escape entries p0 .. min(p0 + ESCAPES, p_end): row, col [ESCAPES] int32 (masked: row -1) and the
+    correction w - v' [ESCAPES] fp32 (masked: 0)."""
+    p = p0 + tl.arange(0, ESCAPES)
+    pm = p < p_end
+    erow = tl.load(erow_ptr + p, mask=pm, other=-1)
+    ecol = tl.load(ecol_ptr + p, mask=pm, other=0)
+    val = tl.load(eval_ptr + p, mask=pm, other=0.0)
+    delta = escape_deltas(val, tl.load(base_ptr + erow, mask=pm, other=0))
+    return erow, ecol, tl.where(pm, delta, 0.0)
+
+
+@triton.jit
+def _escape_sum(
+    erow, ecol, delta, x_rows, g_ptr, rn, mm, row0, raw_from, HAS_NORM: tl.constexpr, HAS_RAW: tl.constexpr
+):
+    """[BLOCK_M, BLOCK_N]: sum over the entries of delta x[m, col] (times 1 + g[col] with the norm) at the
+    entry's row (one-hot against the program's rows rn)."""
+    pm = erow >= 0
+    xg = tl.load(x_rows + ecol[None, :], mask=mm[:, None] & pm[None, :], other=0.0).to(tl.float32)
+    if HAS_NORM:
+        g = tl.load(g_ptr + ecol, mask=_norm_mask(ecol, pm, row0, raw_from, HAS_RAW), other=0.0)
+        xg = xg * (1.0 + g.to(tl.float32))[None, :]
+    hit = (erow[:, None] == rn[None, :]).to(tl.float32)  # [ESCAPES, BLOCK_N]
+    return tl.sum((xg * delta[None, :])[:, :, None] * hit[None, :, :], axis=1)
+
+
+@triton.jit
+def _group_ptrs(ptr, pair0):
+    """Where the 8 elements from element 2 * pair0 on load from, pair0 [A, B, G] int64: bf16, the group's first
+    8 bytes as one 64-bit word (the next 8 are the word after it); other dtypes (the CPU tests' fp32 / fp16),
+    the first element. Both [A, B, G]: the same shape as the weight's words, so Triton gives the loads one
+    layout (a [.., 4] tile of 32-bit words took its own and shuffled the products through shared memory)."""
+    if ptr.dtype.element_ty == tl.bfloat16:
+        ptrs = ptr.to(tl.pointer_type(tl.uint64)) + pair0 // 2
+    else:
+        ptrs = ptr + 2 * pair0
+    return ptrs
+
+
+@triton.jit
+def _group_values(ptrs, mask):
+    """The 8 elements e0..e7 fp32 [A, B, G] at ``_group_ptrs`` (mask [A, B, G] or broadcastable)."""
+    if ptrs.dtype.element_ty == tl.uint64:  # bf16 pairs: split by shifts, exact
+        first = tl.load(ptrs, mask=mask, other=0)
+        last = tl.load(ptrs + 1, mask=mask, other=0)
+        e0, e1 = bf16_pair_halves(first.to(tl.uint32))
+        e2, e3 = bf16_pair_halves((first >> 32).to(tl.uint32))
+        e4, e5 = bf16_pair_halves(last.to(tl.uint32))
+        e6, e7 = bf16_pair_halves((last >> 32).to(tl.uint32))
+    else:
+        e0 = tl.load(ptrs, mask=mask, other=0.0).to(tl.float32)
+        e1 = tl.load(ptrs + 1, mask=mask, other=0.0).to(tl.float32)
+        e2 = tl.load(ptrs + 2, mask=mask, other=0.0).to(tl.float32)
+        e3 = tl.load(ptrs + 3, mask=mask, other=0.0).to(tl.float32)
+        e4 = tl.load(ptrs + 4, mask=mask, other=0.0).to(tl.float32)
+        e5 = tl.load(ptrs + 5, mask=mask, other=0.0).to(tl.float32)
+        e6 = tl.load(ptrs + 6, mask=mask, other=0.0).to(tl.float32)
+        e7 = tl.load(ptrs + 7, mask=mask, other=0.0).to(tl.float32)
+    return e0, e1, e2, e3, e4, e5, e6, e7
+
+
+@triton.jit
+def _advance(ptrs, BLOCK_K: tl.constexpr):
+    """``_group_ptrs`` one tile (BLOCK_K elements) on."""
+    if ptrs.dtype.element_ty == tl.uint64:
+        ptrs += BLOCK_K // 4
+    else:
+        ptrs += BLOCK_K
+    return ptrs
+
+
+@triton.jit
+def _tile_mask(nm, gg, k0, K):
+    """[BLOCK_N, G]: the rows nm [BLOCK_N] and the groups gg [G] of the tile at column k0 that lie in W."""
+    return nm[:, None] & ((k0 // 8 + gg) < K // 8)[None, :]
+
+
+@triton.jit
+def _packed_tile(
+    acc, ss, w, x_ptrs, g_ptrs, xmask, gmask, HAS_NORM: tl.constexpr, REDUCE_EACH: tl.constexpr
+):  # fmt: skip
+    """``_gemv_tile`` of ``triton_kernel.py`` for one decoded tile w (8 x [BLOCK_N, G] fp32): acc [BLOCK_M,
+    BLOCK_N, G] and ss [BLOCK_M, G] (REDUCE_EACH: [BLOCK_M, BLOCK_N] and [BLOCK_M]) += the products with x (and
+    x's squares), x at x_ptrs and the norm weight at g_ptrs (``_group_ptrs``, [BLOCK_M, BLOCK_N, G] and
+    [1, BLOCK_N, G])."""
+    x = _group_values(x_ptrs, xmask)
+    if HAS_NORM:
+        nw = _group_values(g_ptrs, gmask)
+        sq = x[0] * x[0]
+        prod = x[0] * (1.0 + nw[0]) * w[0][None, :, :]
+        for e in tl.static_range(1, 8):
+            sq += x[e] * x[e]
+            prod += x[e] * (1.0 + nw[e]) * w[e][None, :, :]
+        sq = tl.max(sq, axis=1)  # the copies along n are equal: their max is the sum itself
+        if REDUCE_EACH:
+            ss += tl.sum(sq, axis=1)
+        else:
+            ss += sq
+    else:
+        prod = x[0] * w[0][None, :, :]
+        for e in tl.static_range(1, 8):
+            prod += x[e] * w[e][None, :, :]
+    if REDUCE_EACH:
+        acc += tl.sum(prod, axis=2)
+    else:
+        acc += prod
+    return acc, ss
+
+
+@triton.jit
+def _packed_gemv_kernel(
+    x_ptr,
+    low_ptr,
+    nib_ptr,
+    base_ptr,
+    eptr_ptr,
+    erow_ptr,
+    ecol_ptr,
+    eval_ptr,
+    y_ptr,
+    g_ptr,
+    r_ptr,
+    M,
+    N,
+    K,
+    stride_xm,
+    stride_ym,
+    stride_rm,
+    eps,
+    raw_from,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    ESCAPES: tl.constexpr,
+    EVEN_K: tl.constexpr,
+    HAS_NORM: tl.constexpr,
+    HAS_RES: tl.constexpr,
+    REDUCE_EACH: tl.constexpr,
+    HAS_RAW: tl.constexpr,
+    ASM: tl.constexpr,
+    USE_PDL: tl.constexpr,
+):
+    """``_gemv_kernel`` without TMA, W in the 12-bit format (``low``, ``nib``, ``base`` and the escapes of
+    ``PackedBF16``; K and BLOCK_K multiples of 8). EVEN_K: K % BLOCK_K == 0 (no column masks on x). ASM: the
+    decode's byte permutes as PTX (not on the interpreter)."""
+    BG: tl.constexpr = BLOCK_K // 8
+    pid = tl.program_id(0)
+    row0 = pid * BLOCK_N
+    rm = tl.arange(0, BLOCK_M)
+    rn = row0 + tl.arange(0, BLOCK_N)
+    mm = rm < M
+    nm = rn < N
+    gg = tl.arange(0, BG)
+    rows = rn.to(tl.int64)
+    zero = tl.zeros((1, BLOCK_N, 1), dtype=tl.int64)
+    nib_ptrs = nib_ptr.to(tl.pointer_type(tl.uint32)) + rows[:, None] * (K // 8) + gg[None, :]
+    low_ptrs = low_ptr.to(tl.pointer_type(tl.uint64)) + rows[:, None] * (K // 8) + gg[None, :]
+    x_ptrs = _group_ptrs(
+        x_ptr, rm.to(tl.int64)[:, None, None] * (stride_xm // 2) + zero + 4 * gg[None, None, :]
+    )
+    g_ptrs = _group_ptrs(g_ptr, zero + 4 * gg[None, None, :])
+    xmask = mm[:, None, None] & (zero == 0)
+    gmask = _norm_mask(zero + gg[None, None, :], zero == 0, row0, raw_from, HAS_RAW)
+    # no kernel writes the weight: its first two tiles, the rows' windows and escapes load before the PDL
+    # wait; from then on each step requests the tile two ahead of the one it multiplies
+    base4 = tl.load(base_ptr + rn, mask=nm, other=0).to(tl.uint32)[:, None] * 0x01010101
+    nib = tl.load(nib_ptrs, mask=_tile_mask(nm, gg, 0, K), other=0)
+    low = tl.load(low_ptrs, mask=_tile_mask(nm, gg, 0, K), other=0)
+    nib_next = tl.load(nib_ptrs + BG, mask=_tile_mask(nm, gg, BLOCK_K, K), other=0)
+    low_next = tl.load(low_ptrs + BG, mask=_tile_mask(nm, gg, BLOCK_K, K), other=0)
+    p_start = tl.load(eptr_ptr + row0)
+    p_end = tl.load(eptr_ptr + tl.minimum(row0 + BLOCK_N, N))
+    erow, ecol, delta = _escape_entries(erow_ptr, ecol_ptr, eval_ptr, base_ptr, p_start, p_end, ESCAPES)
+    wait_for_previous(USE_PDL)
+    omask = mm[:, None] & nm[None, :]
+    r = 0.0
+    if HAS_RES:
+        r = tl.load(r_ptr + rm.to(tl.int64)[:, None] * stride_rm + rn[None, :], mask=omask).to(tl.float32)
+    x_rows = x_ptr + rm.to(tl.int64)[:, None] * stride_xm
+    esc = _escape_sum(erow, ecol, delta, x_rows, g_ptr, rn, mm, row0, raw_from, HAS_NORM, HAS_RAW)
+    if REDUCE_EACH:
+        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+        ss = tl.zeros((BLOCK_M,), dtype=tl.float32)
+    else:
+        acc = tl.zeros((BLOCK_M, BLOCK_N, BG), dtype=tl.float32)
+        ss = tl.zeros((BLOCK_M, BG), dtype=tl.float32)
+    for k0 in range(0, K, BLOCK_K):
+        ahead = _tile_mask(nm, gg, k0 + 2 * BLOCK_K, K)
+        nib_ahead = tl.load(nib_ptrs + 2 * BG, mask=ahead, other=0)
+        low_ahead = tl.load(low_ptrs + 2 * BG, mask=ahead, other=0)
+        if not EVEN_K:
+            gm = (k0 // 8 + gg < K // 8)[None, None, :]
+            xmask = mm[:, None, None] & gm
+            gmask = _norm_mask(zero + gg[None, None, :], gm, row0, raw_from, HAS_RAW)
+        w = decode_group(nib, low.to(tl.uint32), (low >> 32).to(tl.uint32), base4, ASM)
+        acc, ss = _packed_tile(acc, ss, w, x_ptrs, g_ptrs, xmask, gmask, HAS_NORM, REDUCE_EACH)
+        nib, low, nib_next, low_next = nib_next, low_next, nib_ahead, low_ahead
+        nib_ptrs += BG
+        low_ptrs += BG
+        x_ptrs = _advance(x_ptrs, BLOCK_K)
+        g_ptrs = _advance(g_ptrs, BLOCK_K)
+    # a row block with more escapes than one load of them (rare: ~1e-4 of the elements escape)
+    for p0 in range(p_start + ESCAPES, p_end, ESCAPES):
+        erow, ecol, delta = _escape_entries(erow_ptr, ecol_ptr, eval_ptr, base_ptr, p0, p_end, ESCAPES)
+        esc += _escape_sum(erow, ecol, delta, x_rows, g_ptr, rn, mm, row0, raw_from, HAS_NORM, HAS_RAW)
+    if not REDUCE_EACH:
+        acc = tl.sum(acc, axis=2)
+        ss = tl.sum(ss, axis=1)
+    y = acc + esc
+    if HAS_NORM:
+        rms = tl.sqrt(ss / K + eps)
+        if HAS_RAW:
+            rms = tl.where(row0 < raw_from, rms, 1.0)
+        y = y / rms[:, None]
+    y += r
+    tl.store(
+        y_ptr + rm.to(tl.int64)[:, None] * stride_ym + rn[None, :], y.to(y_ptr.dtype.element_ty), mask=omask
+    )
+
+
+def gemv_packed_triton(
+    x: torch.Tensor,
+    weight: PackedBF16,
+    cfg: dict,
+    out: torch.Tensor | None = None,
+    *,
+    norm_weight: torch.Tensor | None = None,
+    norm_eps: float = 0.0,
+    residual: torch.Tensor | None = None,
+    raw_from: int | None = None,
+) -> torch.Tensor:
+    """``gemv_triton`` (same arguments, same result up to the fp32 order of the sum) with W [N, K] a
+    ``PackedBF16``. cfg: BLOCK_N, BLOCK_K (a multiple of 8), num_warps, REDUCE_EACH, maxnreg as there (no BCAST_X: x always
+    loads in the product's layout; no
+    TMA), ESCAPES (optional, a power of two, default 16: the escape entries a program loads at once)."""
+    n, k = weight.shape
+    require(x.shape[1] == k, "gemv_packed_triton: x's row length must be the packed weight's K")
+    require(
+        k % 8 == 0 and cfg["BLOCK_K"] % 8 == 0, "gemv_packed_triton: K and BLOCK_K must be multiples of 8"
+    )
+    require(not cfg.get("TMA"), "gemv_packed_triton: TMA plans are for bf16 weights")
+    require(
+        (x.stride(0) % 2 == 0 or x.shape[0] == 1) and x.data_ptr() % 4 == 0,
+        "gemv_packed_triton: x must start 4-byte aligned with an even row stride (it loads in element pairs)",
+    )
+    out = gemv_output(x, n, cfg, out, norm_weight, residual, raw_from)
+    m = x.shape[0]
+    if m == 0:
+        return out
+    block_m = triton.next_power_of_2(m)
+    block_k = max(16, cfg["BLOCK_K"] // block_m)  # the same accumulator size for any M
+    _packed_gemv_kernel[(triton.cdiv(n, cfg["BLOCK_N"]),)](
+        x,
+        weight.low,
+        weight.nib,
+        weight.base,
+        weight.escape_ptr,
+        weight.escape_row,
+        weight.escape_col,
+        weight.escape_val,
+        out,
+        norm_weight if norm_weight is not None else x,
+        residual if residual is not None else out,
+        m,
+        n,
+        k,
+        x.stride(0),
+        out.stride(0),
+        residual.stride(0) if residual is not None else 0,
+        norm_eps,
+        n if raw_from is None else raw_from,
+        BLOCK_M=block_m,
+        BLOCK_N=cfg["BLOCK_N"],
+        BLOCK_K=block_k,
+        ESCAPES=int(cfg.get("ESCAPES", 16)),
+        EVEN_K=k % block_k == 0,
+        HAS_NORM=norm_weight is not None,
+        HAS_RES=residual is not None,
+        REDUCE_EACH=bool(cfg.get("REDUCE_EACH", False)),
+        HAS_RAW=raw_from is not None,
+        ASM=x.is_cuda,
+        num_warps=cfg.get("num_warps", 4),
+        **({"maxnreg": cfg["maxnreg"]} if cfg.get("maxnreg") else {}),
+        **launch_options(x),
+    )
+    return out

@@ -1,0 +1,71 @@
+"""Device-side pieces of the 12-bit bf16 format (``packed_bf16``), for the kernels that stream it.
+
+The unit is a group of 8 consecutive elements of a row: one 32-bit word of codes (byte i holds the codes of
+elements 2i and 2i + 1, low nibble first) and two words of low bytes (elements 0-3, 4-7). A tile is a
+[rows, groups] grid of such words, one group a thread, so the three loads share one layout and the decode is
+arithmetic on 32-bit words, four bytes at a time. No element moves between threads: a first version held
+[rows, 2C] byte tiles and restored the order with ``tl.interleave``, which went through shared memory with a
+barrier a tile and took ~12 integer operations an element (sm_90 SASS).
+
+The decode of a group (``decode_group``): the codes' high bytes ``code + base + 15 (code & 8)`` for four
+elements a word (3 operations), then one ``prmt`` (byte permute) a pair of elements puts each element's high
+and low byte side by side as a bf16 pair, and a shift or a mask makes each half an fp32: ~2.6 integer
+operations an element. On the CPU interpreter, which runs no inline PTX, ``_permute`` computes the same bytes
+with shifts and masks (``ASM=False``).
+"""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _permute(a, b, SEL: tl.constexpr, ASM: tl.constexpr):
+    """PTX ``prmt.b32 d, a, b, SEL`` on uint32 tensors: byte k of d is byte (SEL >> 4k) & 7 of the 8 bytes
+    [b3 b2 b1 b0 a3 a2 a1 a0] (0-3 from a, 4-7 from b)."""
+    if ASM:
+        out = tl.inline_asm_elementwise(
+            f"prmt.b32 $0, $1, $2, {SEL};", "=r,r,r", [a, b], dtype=tl.uint32, is_pure=True, pack=1
+        )
+    else:
+        out = tl.zeros_like(a)
+        for k in tl.static_range(4):
+            idx = (SEL >> (4 * k)) & 7
+            if idx < 4:
+                out |= ((a >> (8 * idx)) & 0xFF) << (8 * k)
+            else:
+                out |= ((b >> (8 * (idx - 4))) & 0xFF) << (8 * k)
+    return out
+
+
+@triton.jit
+def bf16_pair_halves(pair):
+    """A bf16 pair word [hi | lo] -> (lo, hi) as fp32 (exact: a bf16 is an fp32's top 16 bits)."""
+    return (pair << 16).to(tl.float32, bitcast=True), ((pair >> 16) << 16).to(tl.float32, bitcast=True)
+
+
+@triton.jit
+def decode_group(nib, low0, low1, base4, ASM: tl.constexpr):
+    """nib, low0, low1 uint32 [R, G] (a group's words), base4 uint32 [R, 1] (each row's window base in all four
+    bytes) -> its 8 elements w0..w7 fp32 [R, G] (an escape decodes to its stand-in v', which
+    ``escape_deltas`` corrects). high = code + base + 15 (code & 8) four bytes a word: no byte carries into
+    the next (code <= 15, base <= 120: at most 255)."""
+    even = nib & 0x0F0F0F0F  # codes of elements 0, 2, 4, 6
+    odd = (nib >> 4) & 0x0F0F0F0F  # 1, 3, 5, 7
+    h_even = even + base4 + (even & 0x08080808) * 15
+    h_odd = odd + base4 + (odd & 0x08080808) * 15
+    w0, w2 = bf16_pair_halves(_permute(h_even, low0, 0x1604, ASM))  # [H2 L2 H0 L0]
+    w1, w3 = bf16_pair_halves(_permute(h_odd, low0, 0x1705, ASM))  # [H3 L3 H1 L1]
+    w4, w6 = bf16_pair_halves(_permute(h_even, low1, 0x3624, ASM))  # [H6 L6 H4 L4]
+    w5, w7 = bf16_pair_halves(_permute(h_odd, low1, 0x3725, ASM))  # [H7 L7 H5 L5]
+    return w0, w1, w2, w3, w4, w5, w6, w7
+
+
+@triton.jit
+def escape_deltas(val, base):
+    """val [P] fp32 (an escape's true value), base [P] int32 (its row's window) -> w - v' [P] fp32, where v'
+    is what the escape's stored code decodes to: its own sign and low byte with h = base."""
+    bits = val.to(tl.uint32, bitcast=True)
+    stand_in = ((bits >> 31) << 31) | (bits & 0xFF0000) | (base.to(tl.uint32) << 24)
+    return val - stand_in.to(tl.float32, bitcast=True)
