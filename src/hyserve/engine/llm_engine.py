@@ -19,6 +19,7 @@ from hyserve.engine.runner import ModelRunner, PendingStep, RunnerOutput, cache_
 from hyserve.engine.sampling_params import SamplingParams
 from hyserve.engine.scheduler import ScheduledSequence, Scheduler, SchedulerConfig, SchedulerOutput
 from hyserve.engine.sequence import Sequence, SequenceStatus
+from hyserve.layers.packed_weights import prepare_packed_weights
 from hyserve.layers.routed_projection import prepare_routed_projections
 from hyserve.model.loader import build_model
 
@@ -54,6 +55,9 @@ class EngineArgs:
     # on CUDA with graphs, a one-token step routes each MoE layer inside its mixer's projections instead of a
     # router launch (+3 MB a layer of router rows; layers/routed_projection.py)
     routed_projections: bool = True
+    # on CUDA with graphs, one-token GEMVs stream a lossless 12-bit copy of their bf16 weights (0.75 of the
+    # bytes, ~2 GB more memory; layers/packed_weights.py). Off until timed on the H200.
+    pack_weights: bool = False
     progress: bool = True
 
     def resolved_device(self) -> torch.device:
@@ -135,6 +139,9 @@ class LLMEngine:
         if self.device.type == "cuda" and args.routed_projections and not args.enforce_eager:
             nbytes = prepare_routed_projections(self.model)
             log.info("router rows in the mixers' projections: %.2f GB", nbytes / 1e9)
+        if self.device.type == "cuda" and args.pack_weights and not args.enforce_eager:
+            nbytes = prepare_packed_weights(self.model)
+            log.info("12-bit copies of the batch-1 GEMV weights: %.2f GB", nbytes / 1e9)
         self.max_model_len = args.max_model_len or min(self.config.max_position_embeddings, 32768)
         if self.max_model_len > self.config.max_position_embeddings:
             raise ValueError(

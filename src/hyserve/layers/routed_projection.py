@@ -39,6 +39,9 @@ class RoutedProjections:
         in_proj.weight.data = self.w_in[:n_in]
         out_proj.weight.data = self.w_out[num_experts:]
         self.n_in, self.num_experts, self.top_k = n_in, num_experts, moe.top_k
+        self.w_in_packed = (
+            None  # w_in's 12-bit copy, if ``--pack-weights`` made one (layers/packed_weights.py)
+        )
         self._partial: torch.Tensor | None = None  # [1, E]: W_r' h0, from the in-projection
         self._routing: tuple[torch.Tensor, torch.Tensor] | None = None  # for the MoE block: ids, raw logits
         in_proj.fusion, out_proj.fusion, moe.routed = self.project_in, self.project_out, self
@@ -59,7 +62,7 @@ class RoutedProjections:
         """The in-projection at one token: its output, ``W_r' h0`` kept; None (not taken) otherwise."""
         if norm is None or residual is not None or not rp.fast(x, self.w_in):
             return None
-        y = rp.project_in(x, self.w_in, self.n_in, norm.weight, norm.eps, self._plans()[0])
+        y = rp.project_in(x, self.w_in, self.n_in, norm.weight, norm.eps, self._plans()[0], self.w_in_packed)
         self._partial = y[:, self.n_in :]
         return y[:, : self.n_in]
 

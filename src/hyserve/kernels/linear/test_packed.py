@@ -115,9 +115,9 @@ def test_contracts():
         gemv_packed_triton(x[:, :56], packed, {"BLOCK_N": 1, "BLOCK_K": 32})
     with pytest.raises(ValueError, match="at most 4"):
         gemv_packed_triton(x.expand(5, 64), packed, {"BLOCK_N": 1, "BLOCK_K": 32})
-    wide = torch.zeros(2, 65, dtype=torch.bfloat16, device=DEVICE)
+    wide = torch.zeros(2, 66, dtype=torch.bfloat16, device=DEVICE)
     with pytest.raises(ValueError, match="aligned"):
-        gemv_packed_triton(wide[:, 1:], packed, {"BLOCK_N": 1, "BLOCK_K": 32})
+        gemv_packed_triton(wide[:, 2:], packed, {"BLOCK_N": 1, "BLOCK_K": 32})
 
 
 def test_bench_smoke():
@@ -126,3 +126,12 @@ def test_bench_smoke():
     bench = importlib.import_module("hyserve.kernels.linear.bench")
     rows = bench.bench_packed(40, 64, 1, [{"BLOCK_N": 1, "BLOCK_K": 64}])
     assert len(rows) == 2 and rows[1]["escapes_ppm"] >= 0
+
+
+def test_strided_bf16_rows():
+    """bf16 x rows inside a wider tensor (a row stride that is a multiple of 4, 8-byte aligned)."""
+    x, packed, w = _inputs(3, 16, 64, torch.bfloat16, seed=11)
+    wide = torch.zeros(3, 88, dtype=torch.bfloat16, device=DEVICE)
+    wide[:, 8:72] = x
+    got = gemv_packed_triton(wide[:, 8:72], packed, {"BLOCK_N": 4, "BLOCK_K": 32})
+    assert rel_err(got, linear_reference(x.float(), w)) < TOL[torch.bfloat16]

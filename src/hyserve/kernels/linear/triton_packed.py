@@ -273,8 +273,9 @@ def gemv_packed_triton(
     )
     require(not cfg.get("TMA"), "gemv_packed_triton: TMA plans are for bf16 weights")
     require(
-        (x.stride(0) % 2 == 0 or x.shape[0] == 1) and x.data_ptr() % 4 == 0,
-        "gemv_packed_triton: x must start 4-byte aligned with an even row stride (it loads in element pairs)",
+        x.dtype != torch.bfloat16 or (x.data_ptr() % 8 == 0 and (x.stride(0) % 4 == 0 or x.shape[0] == 1)),
+        "gemv_packed_triton: bf16 x must start 8-byte aligned with a row stride that is a multiple of 4 (it "
+        "loads in 8-byte words)",
     )
     out = gemv_output(x, n, cfg, out, norm_weight, residual, raw_from)
     m = x.shape[0]

@@ -17,7 +17,8 @@ from __future__ import annotations
 import torch
 
 from hyserve.kernels.dispatch import triton_enabled
-from hyserve.kernels.linear import gemv_plan  # a module global: tests patch it
+from hyserve.kernels.linear import gemv_plan, packed_gemv_plan  # module globals: tests patch them
+from hyserve.kernels.packed_bf16 import PackedBF16
 from hyserve.kernels.routed_projection.reference import (
     build_router_rows,
     project_in_reference,
@@ -54,9 +55,19 @@ def project_in(
     norm_weight: torch.Tensor,
     norm_eps: float,
     plan: dict | None,
+    packed: PackedBF16 | None = None,
 ) -> torch.Tensor:
-    """See ``project_in_reference``: x h0 [T, H], weight [n + E, H] -> [T, n + E]."""
+    """See ``project_in_reference``: x h0 [T, H], weight [n + E, H] -> [T, n + E]. ``packed``: the weight's
+    12-bit copy, streamed instead where the packed GEMV has a plan whose row blocks divide n (bf16 x)."""
     if plan is not None and fast(x, weight, norm_weight):
+        packed_plan = packed_gemv_plan(*weight.shape) if packed is not None else None
+        ok = packed_plan is not None and x.dtype == torch.bfloat16 and x.data_ptr() % 8 == 0
+        if ok and n % packed_plan["BLOCK_N"] == 0:
+            from hyserve.kernels.linear.triton_packed import gemv_packed_triton
+
+            return gemv_packed_triton(
+                x, packed, packed_plan, norm_weight=norm_weight, norm_eps=norm_eps, raw_from=n
+            )
         from hyserve.kernels.linear.triton_kernel import gemv_triton
 
         return gemv_triton(x, weight, plan, norm_weight=norm_weight, norm_eps=norm_eps, raw_from=n)

@@ -1,0 +1,48 @@
+"""``--pack-weights``: 12-bit copies of the weights that the batch-1 decode step streams through the GEMV (an
+optional feature; ``kernels/packed_bf16`` has the format, ``kernels/linear/triton_packed.py`` the kernel).
+
+The format is lossless, so a packed copy changes no value: it only moves 0.75 of the bytes. The bf16 weight
+stays for everything else (prefill and larger batches through cuBLAS, the reference path), so the copies cost
+0.75 of their weights' bytes in memory: ~2 GB for Qwen3.6-35B-A3B's in-projections.
+
+Packed here: each mixer's in-projection as the one-token step runs it (with the router's rows when the routed
+projections are on, ``RoutedProjections.w_in``; else the layer's own weight), and any other ``Linear`` whose
+GEMV the packed table covers. Not packed (yet): the routing out-projection (its own kernel), the experts (the
+MoE kernels) and the LM head (its greedy screen is already int8).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from hyserve.kernels.linear import packed_gemv_plan
+from hyserve.kernels.packed_bf16 import pack_bf16
+from hyserve.layers.linear import Linear
+
+
+def prepare_packed_weights(model: nn.Module) -> int:
+    """Attach the packed copies to ``model`` (bf16 weights only); returns the bytes they take."""
+    total = 0
+    routed_out = set()
+    for layer in model.model.layers:
+        routed = getattr(getattr(layer, "mlp", None), "routed", None)
+        if routed is None:
+            continue
+        mixer = getattr(layer, "linear_attn", None) or layer.self_attn
+        in_proj = mixer.in_proj if hasattr(mixer, "in_proj") else mixer.qkv_proj
+        out_proj = mixer.out_proj if hasattr(mixer, "out_proj") else mixer.o_proj
+        routed_out.update((id(in_proj), id(out_proj)))  # the routed kernels stream these at one token
+        if routed.w_in.dtype == torch.bfloat16 and packed_gemv_plan(*routed.w_in.shape) is not None:
+            routed.w_in_packed = pack_bf16(routed.w_in)
+            total += routed.w_in_packed.nbytes
+    for name, module in model.named_modules():
+        # the LM head has its greedy screen; the shared expert's weights stream inside the MoE kernels
+        skip = name.endswith("lm_head") or ".shared_expert" in name
+        if not isinstance(module, Linear) or id(module) in routed_out or skip:
+            continue
+        weight = module.weight
+        if weight.dtype == torch.bfloat16 and weight.shape[1] % 8 == 0 and packed_gemv_plan(*weight.shape):
+            module.packed = pack_bf16(weight.data)
+            total += module.packed.nbytes
+    return total

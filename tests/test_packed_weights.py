@@ -1,0 +1,66 @@
+"""``--pack-weights`` (layers/packed_weights.py): the one-token steps stream 12-bit copies of the GEMV weights
+and give the logits of the bf16 weights. Tiny bf16 MoE checkpoint through the Triton kernels (CPU interpreter),
+with and without the copies, the routed projections on as on the GPU."""
+
+from __future__ import annotations
+
+import importlib
+
+import pytest
+import torch
+
+from checkpoints import make_checkpoint
+from hyserve import LLM
+from hyserve.kernels.testing import rel_err
+from hyserve.layers.packed_weights import prepare_packed_weights
+from hyserve.layers.routed_projection import prepare_routed_projections
+from test_model_triton_interpreter import triton_kernels  # noqa: F401 - the fixture
+from test_model_vs_transformers import _score
+
+linear_op = importlib.import_module("hyserve.kernels.linear")
+linear_packed = importlib.import_module("hyserve.kernels.linear.triton_packed")
+rp = importlib.import_module("hyserve.kernels.routed_projection")
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory):
+    return make_checkpoint(
+        tmp_path_factory.mktemp("moe-packed"),
+        kind="moe",
+        seed=7,
+        num_hidden_layers=2,
+        layer_types=["linear_attention", "full_attention"],
+        shared_expert_intermediate_size=32,
+    )
+
+
+def test_packed_steps_match_the_bf16_weights(checkpoint, triton_kernels, monkeypatch):  # noqa: F811
+    monkeypatch.setattr(rp, "gemv_plan", linear_op.gemv_plan)
+    monkeypatch.setattr(rp, "packed_gemv_plan", lambda n, k: {"BLOCK_N": 8, "BLOCK_K": 64})
+    monkeypatch.setattr(linear_op, "packed_gemv_plan", lambda n, k: {"BLOCK_N": 8, "BLOCK_K": 64})
+    calls = []
+    real = linear_packed.gemv_packed_triton
+    monkeypatch.setattr(linear_packed, "gemv_packed_triton", lambda *a, **k: calls.append(1) or real(*a, **k))
+    llm = LLM(str(checkpoint), device="cpu", dtype="bfloat16", progress=False, max_model_len=32)
+    assert prepare_routed_projections(llm.engine.model) > 0
+    ids = torch.randint(0, 500, (6,), generator=torch.Generator().manual_seed(8)).tolist()
+    plain = _score(llm, ids, [4, 1, 1]).float()
+    assert not calls
+    assert prepare_packed_weights(llm.engine.model) > 0
+    packed = _score(llm, ids, [4, 1, 1]).float()
+    assert len(calls) >= 2 * 2  # two one-token steps, both mixers' in-projections
+    assert rel_err(packed[:4], plain[:4]) == 0.0  # the prefill does not use the copies
+    for pos in range(4, 6):  # the same values summed in another order, the logits rounded to bf16
+        assert rel_err(packed[pos], plain[pos]) < 1e-2, pos
+        assert packed[pos].argmax() == plain[pos].argmax()
+
+
+def test_flag():
+    import argparse
+
+    from hyserve.engine.args import add_engine_arguments, engine_args_from
+
+    parser = argparse.ArgumentParser()
+    add_engine_arguments(parser)
+    assert not engine_args_from(parser.parse_args([])).pack_weights
+    assert engine_args_from(parser.parse_args(["--pack-weights"])).pack_weights
