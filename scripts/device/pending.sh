@@ -12,6 +12,8 @@
 #          (the prmt decode at the model's shapes), its sm_90 builds, then `linear.bench --packed` at the model's
 #          GEMV shapes against the committed bf16 plans. It pays off if the best packed tile takes clearly less
 #          than the bf16 plan (0.75 of the time at most); then the MoE pairs kernels are next.
+#   PART=5 (~6 min): the batch-1 decode step with and without --pack-weights (scripts/profile_decode.py, the
+#          same tree): the in-projections' GEMV time added to the step, and the replay.
 # Carry .whl (and .base for PART=2).
 set -u
 source "$(dirname "$0")/common.sh"
@@ -33,5 +35,11 @@ case "${PART:-1}" in
       --shapes 12608x2048,2304x4096,9472x2048,2048x4096
     cp $W/bench.log $OUT/packed_bench.log
     ;;
-  *) echo "PART must be 1, 2, 3 or 4" && exit 2 ;;
+  5)
+    args=(--model $M --load-format dummy --kv-cache-memory-gb 8 --max-num-seqs 32 --max-model-len 8192 --prompt-len 384
+      --cuda-graph-sizes 1 --prefill-graph-sizes none --batch 1 --steps 30 --no-warmup --top 12)
+    TAILN=16 run packed 200 python3 scripts/profile_decode.py "${args[@]}" --pack-weights
+    TAILN=16 run plain 200 python3 scripts/profile_decode.py "${args[@]}"
+    ;;
+  *) echo "PART must be 1 to 5" && exit 2 ;;
 esac
