@@ -27,7 +27,14 @@ from hyserve.kernels.greedy_head import triton_kernel as greedy
 from hyserve.kernels.linear import _plans
 from hyserve.kernels.linear import triton_kernel as gemv
 from hyserve.kernels.linear import triton_packed as gemv_packed
-from hyserve.kernels.moe import router, triton_decode, triton_gate_up, triton_pairs, triton_prefill
+from hyserve.kernels.moe import (
+    router,
+    triton_decode,
+    triton_gate_up,
+    triton_pairs,
+    triton_pairs_packed,
+    triton_prefill,
+)
 from hyserve.kernels.moe.configs import get_plan
 from hyserve.kernels.qk_norm_rope import triton_kernel as qk_rope
 from hyserve.kernels.rmsnorm import triton_kernel as rmsnorm
@@ -126,6 +133,18 @@ def main() -> None:
                                   label=f"pairs gate_up reduce_each={red} prefetch={pre} late_wait={late} "
                                   f"logits={fl} tma={stages} l2pf={pf} norm_x={nx} bcast_x={bx}"
                                   + (" shared_first=1" if sf else ""))  # fmt: skip
+    pk_types = {"x_ptr": BF, "low_ptr": "*u8", "nib_ptr": "*u8", "base_ptr": I32, "eptr_ptr": I32, "erow_ptr": I32,
+                "ecol_ptr": I32, "eval_ptr": F32, "s_low_ptr": "*u8", "s_nib_ptr": "*u8", "s_base_ptr": I32,
+                "s_eptr_ptr": I32, "s_erow_ptr": I32, "s_ecol_ptr": I32, "s_eval_ptr": F32, "sg_ptr": BF,
+                "ids_ptr": I32, "topk_w_ptr": F32, "h_ptr": BF, "nw_ptr": BF, "eps": "fp32"}  # fmt: skip
+    # the routed projections' call (NORM_X) with the shared L2 prefetch, capped at the bf16 plan's 56 registers
+    # (one wave of the 1152 programs) or not; plain
+    for nx, pf, cap in ((1, 64, 56), (1, 64, None), (0, 0, None)):
+        consts = dict(K_TOP=8, KP=8, BLOCK_I=4, BLOCK_K=256, ESCAPES=16, HAS_SHARED_GATE=True, NORM_X=nx, ROUND=1,
+                      L2PF=pf, ASM=True, USE_PDL=True)  # fmt: skip
+        build(triton_pairs_packed._gate_up_pairs_packed_kernel, pk_types, consts, 4, 1,
+              aligned=("H", "I", "s_low_bytes", "s_nib_bytes"), programs=128 * 9, maxnreg=cap,
+              label=f"packed pairs gate_up norm_x={nx} l2pf={pf} maxnreg={cap}")  # fmt: skip
     dn = plan["down"]
     dn_types = {"h_ptr": BF, "wd_ptr": BF, "swd_ptr": BF, "ids_ptr": I32, "out_ptr": BF}
     for red, pre, fl in options:

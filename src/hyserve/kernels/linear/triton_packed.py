@@ -25,81 +25,15 @@ import triton.language as tl
 from hyserve.kernels.contracts import require
 from hyserve.kernels.linear.triton_kernel import _norm_mask, gemv_output
 from hyserve.kernels.packed_bf16 import PackedBF16
-from hyserve.kernels.packed_bf16.triton_kernel import bf16_pair_halves, decode_group, escape_deltas
+from hyserve.kernels.packed_bf16.triton_kernel import (
+    advance_groups,
+    decode_group,
+    escape_entries,
+    escape_sum,
+    group_ptrs,
+    group_values,
+)
 from hyserve.kernels.pdl import launch_options, wait_for_previous
-
-
-@triton.jit
-def _escape_entries(erow_ptr, ecol_ptr, eval_ptr, base_ptr, p0, p_end, ESCAPES: tl.constexpr):
-    """Escape entries p0 .. min(p0 + ESCAPES, p_end): row, col [ESCAPES] int32 (masked: row -1) and the
-    correction w - v' [ESCAPES] fp32 (masked: 0)."""
-    p = p0 + tl.arange(0, ESCAPES)
-    pm = p < p_end
-    erow = tl.load(erow_ptr + p, mask=pm, other=-1)
-    ecol = tl.load(ecol_ptr + p, mask=pm, other=0)
-    val = tl.load(eval_ptr + p, mask=pm, other=0.0)
-    delta = escape_deltas(val, tl.load(base_ptr + erow, mask=pm, other=0))
-    return erow, ecol, tl.where(pm, delta, 0.0)
-
-
-@triton.jit
-def _escape_sum(
-    erow, ecol, delta, x_rows, g_ptr, rn, mm, row0, raw_from, HAS_NORM: tl.constexpr, HAS_RAW: tl.constexpr
-):
-    """[BLOCK_M, BLOCK_N]: sum over the entries of delta x[m, col] (times 1 + g[col] with the norm) at the
-    entry's row (one-hot against the program's rows rn)."""
-    pm = erow >= 0
-    xg = tl.load(x_rows + ecol[None, :], mask=mm[:, None] & pm[None, :], other=0.0).to(tl.float32)
-    if HAS_NORM:
-        g = tl.load(g_ptr + ecol, mask=_norm_mask(ecol, pm, row0, raw_from, HAS_RAW), other=0.0)
-        xg = xg * (1.0 + g.to(tl.float32))[None, :]
-    hit = (erow[:, None] == rn[None, :]).to(tl.float32)  # [ESCAPES, BLOCK_N]
-    return tl.sum((xg * delta[None, :])[:, :, None] * hit[None, :, :], axis=1)
-
-
-@triton.jit
-def _group_ptrs(ptr, pair0):
-    """Where the 8 elements from element 2 * pair0 on load from, pair0 [A, B, G] int64: bf16, the group's first
-    8 bytes as one 64-bit word (the next 8 are the word after it); other dtypes (the CPU tests' fp32 / fp16),
-    the first element. Both [A, B, G]: the same shape as the weight's words, so Triton gives the loads one
-    layout (a [.., 4] tile of 32-bit words took its own and shuffled the products through shared memory)."""
-    if ptr.dtype.element_ty == tl.bfloat16:
-        ptrs = ptr.to(tl.pointer_type(tl.uint64)) + pair0 // 2
-    else:
-        ptrs = ptr + 2 * pair0
-    return ptrs
-
-
-@triton.jit
-def _group_values(ptrs, mask):
-    """The 8 elements e0..e7 fp32 [A, B, G] at ``_group_ptrs`` (mask [A, B, G] or broadcastable)."""
-    if ptrs.dtype.element_ty == tl.uint64:  # bf16 pairs: split by shifts, exact
-        first = tl.load(ptrs, mask=mask, other=0)
-        last = tl.load(ptrs + 1, mask=mask, other=0)
-        e0, e1 = bf16_pair_halves(first.to(tl.uint32))
-        e2, e3 = bf16_pair_halves((first >> 32).to(tl.uint32))
-        e4, e5 = bf16_pair_halves(last.to(tl.uint32))
-        e6, e7 = bf16_pair_halves((last >> 32).to(tl.uint32))
-    else:
-        e0 = tl.load(ptrs, mask=mask, other=0.0).to(tl.float32)
-        e1 = tl.load(ptrs + 1, mask=mask, other=0.0).to(tl.float32)
-        e2 = tl.load(ptrs + 2, mask=mask, other=0.0).to(tl.float32)
-        e3 = tl.load(ptrs + 3, mask=mask, other=0.0).to(tl.float32)
-        e4 = tl.load(ptrs + 4, mask=mask, other=0.0).to(tl.float32)
-        e5 = tl.load(ptrs + 5, mask=mask, other=0.0).to(tl.float32)
-        e6 = tl.load(ptrs + 6, mask=mask, other=0.0).to(tl.float32)
-        e7 = tl.load(ptrs + 7, mask=mask, other=0.0).to(tl.float32)
-    return e0, e1, e2, e3, e4, e5, e6, e7
-
-
-@triton.jit
-def _advance(ptrs, BLOCK_K: tl.constexpr):
-    """``_group_ptrs`` one tile (BLOCK_K elements) on."""
-    if ptrs.dtype.element_ty == tl.uint64:
-        ptrs += BLOCK_K // 4
-    else:
-        ptrs += BLOCK_K
-    return ptrs
 
 
 @triton.jit
@@ -116,9 +50,9 @@ def _packed_tile(
     BLOCK_N, G] and ss [BLOCK_M, G] (REDUCE_EACH: [BLOCK_M, BLOCK_N] and [BLOCK_M]) += the products with x (and
     x's squares), x at x_ptrs and the norm weight at g_ptrs (``_group_ptrs``, [BLOCK_M, BLOCK_N, G] and
     [1, BLOCK_N, G])."""
-    x = _group_values(x_ptrs, xmask)
+    x = group_values(x_ptrs, xmask)
     if HAS_NORM:
-        nw = _group_values(g_ptrs, gmask)
+        nw = group_values(g_ptrs, gmask)
         sq = x[0] * x[0]
         prod = x[0] * (1.0 + nw[0]) * w[0][None, :, :]
         for e in tl.static_range(1, 8):
@@ -188,10 +122,10 @@ def _packed_gemv_kernel(
     zero = tl.zeros((1, BLOCK_N, 1), dtype=tl.int64)
     nib_ptrs = nib_ptr.to(tl.pointer_type(tl.uint32)) + rows[:, None] * (K // 8) + gg[None, :]
     low_ptrs = low_ptr.to(tl.pointer_type(tl.uint64)) + rows[:, None] * (K // 8) + gg[None, :]
-    x_ptrs = _group_ptrs(
+    x_ptrs = group_ptrs(
         x_ptr, rm.to(tl.int64)[:, None, None] * (stride_xm // 2) + zero + 4 * gg[None, None, :]
     )
-    g_ptrs = _group_ptrs(g_ptr, zero + 4 * gg[None, None, :])
+    g_ptrs = group_ptrs(g_ptr, zero + 4 * gg[None, None, :])
     xmask = mm[:, None, None] & (zero == 0)
     gmask = _norm_mask(zero + gg[None, None, :], zero == 0, row0, raw_from, HAS_RAW)
     # no kernel writes the weight: its first two tiles, the rows' windows and escapes load before the PDL
@@ -203,14 +137,14 @@ def _packed_gemv_kernel(
     low_next = tl.load(low_ptrs + BG, mask=_tile_mask(nm, gg, BLOCK_K, K), other=0)
     p_start = tl.load(eptr_ptr + row0)
     p_end = tl.load(eptr_ptr + tl.minimum(row0 + BLOCK_N, N))
-    erow, ecol, delta = _escape_entries(erow_ptr, ecol_ptr, eval_ptr, base_ptr, p_start, p_end, ESCAPES)
+    erow, ecol, delta = escape_entries(erow_ptr, ecol_ptr, eval_ptr, base_ptr, p_start, p_end, ESCAPES)
     wait_for_previous(USE_PDL)
     omask = mm[:, None] & nm[None, :]
     r = 0.0
     if HAS_RES:
         r = tl.load(r_ptr + rm.to(tl.int64)[:, None] * stride_rm + rn[None, :], mask=omask).to(tl.float32)
     x_rows = x_ptr + rm.to(tl.int64)[:, None] * stride_xm
-    esc = _escape_sum(erow, ecol, delta, x_rows, g_ptr, rn, mm, row0, raw_from, HAS_NORM, HAS_RAW)
+    esc = escape_sum(erow, ecol, delta, x_rows, g_ptr, rn, mm, row0, raw_from, HAS_NORM, HAS_RAW)
     if REDUCE_EACH:
         acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
         ss = tl.zeros((BLOCK_M,), dtype=tl.float32)
@@ -230,12 +164,12 @@ def _packed_gemv_kernel(
         nib, low, nib_next, low_next = nib_next, low_next, nib_ahead, low_ahead
         nib_ptrs += BG
         low_ptrs += BG
-        x_ptrs = _advance(x_ptrs, BLOCK_K)
-        g_ptrs = _advance(g_ptrs, BLOCK_K)
+        x_ptrs = advance_groups(x_ptrs, BLOCK_K)
+        g_ptrs = advance_groups(g_ptrs, BLOCK_K)
     # a row block with more escapes than one load of them (rare: ~1e-4 of the elements escape)
     for p0 in range(p_start + ESCAPES, p_end, ESCAPES):
-        erow, ecol, delta = _escape_entries(erow_ptr, ecol_ptr, eval_ptr, base_ptr, p0, p_end, ESCAPES)
-        esc += _escape_sum(erow, ecol, delta, x_rows, g_ptr, rn, mm, row0, raw_from, HAS_NORM, HAS_RAW)
+        erow, ecol, delta = escape_entries(erow_ptr, ecol_ptr, eval_ptr, base_ptr, p0, p_end, ESCAPES)
+        esc += escape_sum(erow, ecol, delta, x_rows, g_ptr, rn, mm, row0, raw_from, HAS_NORM, HAS_RAW)
     if not REDUCE_EACH:
         acc = tl.sum(acc, axis=2)
         ss = tl.sum(ss, axis=1)

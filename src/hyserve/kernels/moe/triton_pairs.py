@@ -112,6 +112,69 @@ def _topk_weight(raw, j, rstd, K_TOP: tl.constexpr, ROUND: tl.constexpr, dtype: 
     return w
 
 
+@triton.jit
+def _gate_up_finish(
+    g,
+    u,
+    ss,
+    wrow,
+    is_shared,
+    p,
+    pc,
+    tok,
+    x_row,
+    nw_ptr,
+    sg_ptr,
+    topk_w_ptr,
+    h_ptr,
+    ii,
+    imask,
+    kk,
+    eps,
+    H,
+    I,
+    K_TOP: tl.constexpr,
+    KP: tl.constexpr,
+    ROUND: tl.constexpr,
+    HAS_SHARED_GATE: tl.constexpr,
+    NORM_X: tl.constexpr,
+    LATE_WAIT: tl.constexpr,
+    USE_PDL: tl.constexpr,
+):
+    """A gate_up program's end, whatever its weights' format: g, u [BLOCK_I] (x W_g^T, x W_u^T of rows ii),
+    ss x's squares (NORM_X: before the pre-norm, [BLOCK_I, *], every row alike) -> the rstd, the pair's weight
+    (wrow; NORM_X: the softmax of its token's raw top-k logits; the shared expert: its sigmoid gate, a pass
+    over x), ``h[p] = silu(g) u w`` stored."""
+    rstd = 1.0
+    if NORM_X:  # x's RMS norm from the loads the products used; its weight went in with each tile
+        rstd = 1.0 / tl.sqrt(tl.sum(ss, axis=1) / H + eps)  # [BLOCK_I], a reduction inside each row's warp
+        g = g * rstd
+        u = u * rstd
+        # the pair's weight: softmax over its token's top-k logits, scaled by rstd now ([BLOCK_I] from here on)
+        kt = tl.zeros((ii.shape[0], 1), dtype=tl.int32) + tl.arange(0, KP)[None, :]
+        raw = tl.load(topk_w_ptr + tok * K_TOP + kt, mask=kt < K_TOP, other=0.0)
+        tw = _topk_weight(raw, pc % K_TOP, rstd, K_TOP, ROUND, x_row.dtype.element_ty)
+        wrow = tl.where(is_shared, wrow, tw)
+
+    if HAS_SHARED_GATE:
+        if is_shared:
+            sacc = tl.zeros((kk.shape[0],), dtype=tl.float32)
+            for k0 in range(0, H, kk.shape[0]):
+                k = k0 + kk
+                km = k < H
+                xk = tl.load(x_row + k, mask=km, other=0.0).to(tl.float32)
+                if NORM_X:
+                    xk = xk * (1.0 + tl.load(nw_ptr + k, mask=km, other=0.0).to(tl.float32))
+                sacc += xk * tl.load(sg_ptr + k, mask=km, other=0.0).to(tl.float32)
+            wrow = 1.0 / (1.0 + tl.exp(-tl.sum(sacc, axis=0) * rstd))
+    else:
+        wrow = tl.where(is_shared, 1.0, wrow)
+    h = g / (1.0 + tl.exp(-g)) * u * wrow
+    if LATE_WAIT:
+        wait_for_previous(USE_PDL)
+    tl.store(h_ptr + p.to(tl.int64) * I + ii, h.to(h_ptr.dtype.element_ty), mask=imask)
+
+
 @triton.jit(do_not_specialize=["P0"])
 def _gate_up_pairs_kernel(
     x_ptr,
@@ -232,34 +295,8 @@ def _gate_up_pairs_kernel(
             )
     g = tl.sum(acc_g, axis=1)
     u = tl.sum(acc_u, axis=1)
-    rstd = 1.0
-    if NORM_X:  # x's RMS norm from the loads the products used; its weight went in with each tile
-        rstd = 1.0 / tl.sqrt(tl.sum(ss, axis=1) / H + eps)  # [BLOCK_I], a reduction inside each row's warp
-        g = g * rstd
-        u = u * rstd
-        # the pair's weight: softmax over its token's top-k logits, scaled by rstd now ([BLOCK_I] from here on)
-        kt = tl.zeros((BLOCK_I, 1), dtype=tl.int32) + tl.arange(0, KP)[None, :]
-        raw = tl.load(topk_w_ptr + tok * K_TOP + kt, mask=kt < K_TOP, other=0.0)
-        tw = _topk_weight(raw, pc % K_TOP, rstd, K_TOP, ROUND, x_ptr.dtype.element_ty)
-        wrow = tl.where(is_shared, wrow, tw)
-
-    if HAS_SHARED_GATE:
-        if is_shared:
-            sacc = tl.zeros((BLOCK_K,), dtype=tl.float32)
-            for k0 in range(0, H, BLOCK_K):
-                k = k0 + kk
-                km = k < H
-                xk = tl.load(x_row + k, mask=km, other=0.0).to(tl.float32)
-                if NORM_X:
-                    xk = xk * (1.0 + tl.load(nw_ptr + k, mask=km, other=0.0).to(tl.float32))
-                sacc += xk * tl.load(sg_ptr + k, mask=km, other=0.0).to(tl.float32)
-            wrow = 1.0 / (1.0 + tl.exp(-tl.sum(sacc, axis=0) * rstd))
-    else:
-        wrow = tl.where(is_shared, 1.0, wrow)
-    h = g / (1.0 + tl.exp(-g)) * u * wrow
-    if LATE_WAIT:
-        wait_for_previous(USE_PDL)
-    tl.store(h_ptr + p.to(tl.int64) * I + ii, h.to(h_ptr.dtype.element_ty), mask=imask)
+    _gate_up_finish(g, u, ss, wrow, is_shared, p, pc, tok, x_row, nw_ptr, sg_ptr, topk_w_ptr, h_ptr, ii, imask, kk,
+                    eps, H, I, K_TOP, KP, ROUND, HAS_SHARED_GATE, NORM_X, LATE_WAIT, USE_PDL)  # fmt: skip
 
 
 @triton.jit

@@ -12,6 +12,10 @@ elements a word (3 operations), then one ``prmt`` (byte permute) a pair of eleme
 and low byte side by side as a bf16 pair, and a shift or a mask makes each half an fp32: ~2.6 integer
 operations an element. On the CPU interpreter, which runs no inline PTX, ``_permute`` computes the same bytes
 with shifts and masks (``ASM=False``).
+
+Also here, for every kernel that streams the format: x (or a norm weight) in the same 8-element groups
+(``group_ptrs``, ``group_values``, ``advance_groups``: bf16 as 64-bit words split exactly by shifts), and the
+escapes of a block of rows (``escape_entries``, ``escape_sum``).
 """
 
 from __future__ import annotations
@@ -69,3 +73,80 @@ def escape_deltas(val, base):
     bits = val.to(tl.uint32, bitcast=True)
     stand_in = ((bits >> 31) << 31) | (bits & 0xFF0000) | (base.to(tl.uint32) << 24)
     return val - stand_in.to(tl.float32, bitcast=True)
+
+
+@triton.jit
+def escape_entries(erow_ptr, ecol_ptr, eval_ptr, base_ptr, p0, p_end, ESCAPES: tl.constexpr):
+    """Escape entries p0 .. min(p0 + ESCAPES, p_end): row, col [ESCAPES] int32 (masked: row -1) and the
+    correction w - v' [ESCAPES] fp32 (masked: 0)."""
+    p = p0 + tl.arange(0, ESCAPES)
+    pm = p < p_end
+    erow = tl.load(erow_ptr + p, mask=pm, other=-1)
+    ecol = tl.load(ecol_ptr + p, mask=pm, other=0)
+    val = tl.load(eval_ptr + p, mask=pm, other=0.0)
+    delta = escape_deltas(val, tl.load(base_ptr + erow, mask=pm, other=0))
+    return erow, ecol, tl.where(pm, delta, 0.0)
+
+
+@triton.jit
+def escape_sum(
+    erow, ecol, delta, x_rows, g_ptr, rn, mm, row0, raw_from, HAS_NORM: tl.constexpr, HAS_RAW: tl.constexpr
+):
+    """[BLOCK_M, BLOCK_N]: sum over the entries (``escape_entries``) of delta x[m, col] at the entry's row
+    (one-hot against the program's rows rn; x_rows [BLOCK_M, 1] the rows of x, mm [BLOCK_M] their mask). With
+    the norm, x[m, col] (1 + g[col]), except in a raw program (HAS_RAW: its first row row0 >= raw_from)."""
+    pm = erow >= 0
+    xg = tl.load(x_rows + ecol[None, :], mask=mm[:, None] & pm[None, :], other=0.0).to(tl.float32)
+    if HAS_NORM:
+        gm = pm
+        if HAS_RAW:  # (taken elementwise: the interpreter mis-types a scalar bool & a mask)
+            gm = gm & (ecol * 0 + row0 < raw_from)
+        g = tl.load(g_ptr + ecol, mask=gm, other=0.0)
+        xg = xg * (1.0 + g.to(tl.float32))[None, :]
+    hit = (erow[:, None] == rn[None, :]).to(tl.float32)  # [ESCAPES, BLOCK_N]
+    return tl.sum((xg * delta[None, :])[:, :, None] * hit[None, :, :], axis=1)
+
+
+@triton.jit
+def group_ptrs(ptr, pair0):
+    """Where the 8 elements from element 2 * pair0 on load from, pair0 [A, B, G] int64: bf16, the group's first
+    8 bytes as one 64-bit word (the next 8 are the word after it); other dtypes (the CPU tests' fp32 / fp16),
+    the first element. Both [A, B, G]: the same shape as the weight's words, so Triton gives the loads one
+    layout (a [.., 4] tile of 32-bit words took its own and shuffled the products through shared memory)."""
+    if ptr.dtype.element_ty == tl.bfloat16:
+        ptrs = ptr.to(tl.pointer_type(tl.uint64)) + pair0 // 2
+    else:
+        ptrs = ptr + 2 * pair0
+    return ptrs
+
+
+@triton.jit
+def group_values(ptrs, mask):
+    """The 8 elements e0..e7 fp32 [A, B, G] at ``group_ptrs`` (mask [A, B, G] or broadcastable)."""
+    if ptrs.dtype.element_ty == tl.uint64:  # bf16 pairs: split by shifts, exact
+        first = tl.load(ptrs, mask=mask, other=0)
+        last = tl.load(ptrs + 1, mask=mask, other=0)
+        e0, e1 = bf16_pair_halves(first.to(tl.uint32))
+        e2, e3 = bf16_pair_halves((first >> 32).to(tl.uint32))
+        e4, e5 = bf16_pair_halves(last.to(tl.uint32))
+        e6, e7 = bf16_pair_halves((last >> 32).to(tl.uint32))
+    else:
+        e0 = tl.load(ptrs, mask=mask, other=0.0).to(tl.float32)
+        e1 = tl.load(ptrs + 1, mask=mask, other=0.0).to(tl.float32)
+        e2 = tl.load(ptrs + 2, mask=mask, other=0.0).to(tl.float32)
+        e3 = tl.load(ptrs + 3, mask=mask, other=0.0).to(tl.float32)
+        e4 = tl.load(ptrs + 4, mask=mask, other=0.0).to(tl.float32)
+        e5 = tl.load(ptrs + 5, mask=mask, other=0.0).to(tl.float32)
+        e6 = tl.load(ptrs + 6, mask=mask, other=0.0).to(tl.float32)
+        e7 = tl.load(ptrs + 7, mask=mask, other=0.0).to(tl.float32)
+    return e0, e1, e2, e3, e4, e5, e6, e7
+
+
+@triton.jit
+def advance_groups(ptrs, BLOCK_K: tl.constexpr):
+    """``group_ptrs`` one tile (BLOCK_K elements) on."""
+    if ptrs.dtype.element_ty == tl.uint64:
+        ptrs += BLOCK_K // 4
+    else:
+        ptrs += BLOCK_K
+    return ptrs
