@@ -39,7 +39,10 @@ def _inputs(T: int, E: int, H: int, I: int, top_k: int, seed: int):
     return [t.to(DEV) for t in (w, sw, sg, x, ids, weights)]
 
 
-CFGS = [{"BLOCK_I": 4, "BLOCK_K": 32, "num_warps": 1}, {"BLOCK_I": 8, "BLOCK_K": 32, "num_warps": 1, "ESCAPES": 2}]
+CFGS = [
+    {"BLOCK_I": 4, "BLOCK_K": 32, "num_warps": 1},
+    {"BLOCK_I": 8, "BLOCK_K": 32, "num_warps": 1, "ESCAPES": 2},
+]
 
 
 @pytest.mark.parametrize("T", [1, 3])
