@@ -145,6 +145,15 @@ def main() -> None:
         build(triton_pairs_packed._gate_up_pairs_packed_kernel, pk_types, consts, 4, 1,
               aligned=("H", "I", "s_low_bytes", "s_nib_bytes"), programs=128 * 9, maxnreg=cap,
               label=f"packed pairs gate_up norm_x={nx} l2pf={pf} maxnreg={cap}")  # fmt: skip
+    pd_types = {"h_ptr": BF, "low_ptr": "*u8", "nib_ptr": "*u8", "base_ptr": I32, "eptr_ptr": I32, "erow_ptr": I32,
+                "ecol_ptr": I32, "eval_ptr": F32, "s_low_ptr": "*u8", "s_nib_ptr": "*u8", "s_base_ptr": I32,
+                "s_eptr_ptr": I32, "s_erow_ptr": I32, "s_ecol_ptr": I32, "s_eval_ptr": F32, "ids_ptr": I32,
+                "out_ptr": BF}  # fmt: skip
+    for block_i, warps in ((128, 4), (64, 2)):
+        consts = dict(K_TOP=8, KP=8, BLOCK_I=block_i, ESCAPES=4, HAS_SHARED=True, ADD_OUT=True, ASM=True,
+                      USE_PDL=True)  # fmt: skip
+        build(triton_pairs_packed._down_pairs_packed_kernel, pd_types, consts, warps, 1, aligned=("H", "I"),
+              programs=2048, label=f"packed pairs down block_i={block_i}")  # fmt: skip
     dn = plan["down"]
     dn_types = {"h_ptr": BF, "wd_ptr": BF, "swd_ptr": BF, "ids_ptr": I32, "out_ptr": BF}
     for red, pre, fl in options:

@@ -85,3 +85,35 @@ def test_contracts():
         gate_up_pairs_packed(x, packed, I, None, None, ids, weights, {"BLOCK_I": 4, "BLOCK_K": 48})
     with pytest.raises(ValueError, match=r"\[2I, H\]"):
         gate_up_pairs_packed(x, packed, I, pack_bf16(sw[:8]), sg, ids, weights, CFGS[0])
+
+
+@pytest.mark.parametrize("T", [1, 3])
+@pytest.mark.parametrize("shared", [True, False])
+@pytest.mark.parametrize(
+    "cfg", [{"BLOCK_I": 16, "num_warps": 1}, {"BLOCK_I": 8, "num_warps": 1, "ESCAPES": 1}]
+)
+def test_packed_down_matches_the_bf16_kernel(T, shared, cfg):
+    from hyserve.kernels.moe.triton_pairs import down_pairs
+    from hyserve.kernels.moe.triton_pairs_packed import down_pairs_packed
+
+    E, H, I, top_k = 8, 24, 32, 3
+    gen = torch.Generator().manual_seed(T + 10 * shared)
+    wd = (torch.randn(E, H, I, generator=gen) * I**-0.5).bfloat16()
+    wd[0, :2, :10] = 0.0  # escapes: zeros and values far below the rest, several in one row
+    wd[3, 4, ::3] = 1e-30
+    swd = (torch.randn(H, I, generator=gen) * I**-0.5).bfloat16()
+    swd[2, :5] = 0.0
+    ids = torch.stack([torch.randperm(E, generator=gen)[:top_k] for _ in range(T)]).int()
+    ids[0, :2] = torch.tensor([0, 3])
+    h = torch.randn(T * top_k + T, I, generator=gen)
+    resid = torch.randn(T, H, generator=gen)
+    wd, swd, ids, h, resid = (x.to(DEV) for x in (wd, swd, ids, h, resid))
+    sd = swd.float() if shared else None
+    want = down_pairs(h, wd.float(), sd, ids, {"BLOCK_H": 8, "BLOCK_I": 16}, out=resid.clone(), add_out=True)
+    packed = pack_bf16(wd.reshape(E * H, I))
+    assert packed.escapes > 10
+    sp = pack_bf16(swd) if shared else None
+    extra = {} if shared else {"H": H}
+    got = down_pairs_packed(h, packed, sp, ids, {**cfg, **extra}, out=resid.clone(), add_out=True)
+    assert not got.isnan().any()
+    assert rel_err(got - resid, want - resid) < 1e-5

@@ -30,6 +30,7 @@ from hyserve.kernels.packed_bf16 import PackedBF16
 from hyserve.kernels.packed_bf16.triton_kernel import (
     advance_groups,
     decode_group,
+    escape_deltas,
     escape_entries,
     escape_sum,
     group_ptrs,
@@ -289,3 +290,209 @@ def gate_up_pairs_packed(
         **({"maxnreg": cfg["maxnreg"]} if cfg.get("maxnreg") else {}),
     )
     return h
+
+
+@triton.jit
+def _slot_escapes(eptr_ptr, ecol_ptr, eval_ptr, base_ptr, rows, h_rows, sm, c0, NE: tl.constexpr):
+    """sum over slots j (rows [KP] of the packed matrix, one a slot; h_rows [KP] their h rows; sm [KP] the
+    slots in use) of the escapes c0 .. c0 + NE of row j times h[j, col] (a [KP, NE] gather)."""
+    p_start = tl.load(eptr_ptr + rows, mask=sm, other=0)
+    p_end = tl.load(eptr_ptr + rows + 1, mask=sm, other=0)
+    p = p_start[:, None] + c0 + tl.arange(0, NE)[None, :]
+    pm = sm[:, None] & (p < p_end[:, None])
+    col = tl.load(ecol_ptr + p, mask=pm, other=0)
+    val = tl.load(eval_ptr + p, mask=pm, other=0.0)
+    base = tl.load(base_ptr + rows, mask=sm, other=0)
+    delta = tl.where(pm, escape_deltas(val, base[:, None] + tl.zeros_like(col)), 0.0)
+    hv = tl.load(h_rows[:, None] + col, mask=pm, other=0.0).to(tl.float32)
+    return tl.sum(tl.sum(delta * hv, axis=1), axis=0)
+
+
+@triton.jit
+def _slot_escape_count(eptr_ptr, rows, sm):
+    """The most escapes any of the slots' rows has."""
+    p_start = tl.load(eptr_ptr + rows, mask=sm, other=0)
+    p_end = tl.load(eptr_ptr + rows + 1, mask=sm, other=0)
+    return tl.max(p_end - p_start, axis=0)
+
+
+@triton.jit
+def _down_pairs_packed_kernel(
+    h_ptr,
+    low_ptr,
+    nib_ptr,
+    base_ptr,
+    eptr_ptr,
+    erow_ptr,
+    ecol_ptr,
+    eval_ptr,
+    s_low_ptr,
+    s_nib_ptr,
+    s_base_ptr,
+    s_eptr_ptr,
+    s_erow_ptr,
+    s_ecol_ptr,
+    s_eval_ptr,
+    ids_ptr,
+    out_ptr,
+    T,
+    H,
+    I,
+    stride_ot,
+    K_TOP: tl.constexpr,
+    KP: tl.constexpr,
+    BLOCK_I: tl.constexpr,
+    ESCAPES: tl.constexpr,
+    HAS_SHARED: tl.constexpr,
+    ADD_OUT: tl.constexpr,
+    ASM: tl.constexpr,
+    USE_PDL: tl.constexpr,
+):
+    """Grid (H, T): program (hh, t) takes row hh of the k experts' down matrices (rows e_j * H + hh of the packed
+    [E * H, I]; KP slots, K_TOP used) and of the shared expert's [H, I], over I in [KP, BLOCK_I / 8 groups]
+    tiles (one group a thread at KP * BLOCK_I = 256 x num_warps), against the pairs' h rows in the same groups:
+    out[t, hh] = sum_j h[t*k + j] . W_down[e_j][hh] + h[T*k + t] . shared_down[hh] (+ out with ADD_OUT). The
+    ids (two launches back) and the first two tiles load before the PDL wait, h after it."""
+    BG: tl.constexpr = BLOCK_I // 8
+    hh = tl.program_id(0)
+    t = tl.program_id(1)
+    N = T * K_TOP
+    j = tl.arange(0, KP)
+    sm = j < K_TOP
+    e = tl.load(ids_ptr + t * K_TOP + j, mask=sm, other=0).to(tl.int64)
+    rows = e * H + hh  # [KP]
+    gg = tl.arange(0, BG)
+    wmask = sm[:, None] & (gg < I // 8)[None, :]
+    nib_p = nib_ptr.to(tl.pointer_type(tl.uint32)) + rows[:, None] * (I // 8) + gg[None, :]
+    low_p = low_ptr.to(tl.pointer_type(tl.uint64)) + rows[:, None] * (I // 8) + gg[None, :]
+    base4 = tl.load(base_ptr + rows, mask=sm, other=0).to(tl.uint32)[:, None] * 0x01010101
+    nib = tl.load(nib_p, mask=wmask, other=0)
+    low = tl.load(low_p, mask=wmask, other=0)
+    more = wmask & (gg * 0 + BLOCK_I < I)[None, :]
+    nib_next = tl.load(nib_p + BG, mask=more, other=0)
+    low_next = tl.load(low_p + BG, mask=more, other=0)
+    # the shared expert's row hh: a [1, groups] tile of its own
+    s_row = tl.zeros((1,), dtype=tl.int64) + hh
+    s_mask = (gg < I // 8)[None, :]
+    s_nib_p = s_nib_ptr.to(tl.pointer_type(tl.uint32)) + s_row[:, None] * (I // 8) + gg[None, :]
+    s_low_p = s_low_ptr.to(tl.pointer_type(tl.uint64)) + s_row[:, None] * (I // 8) + gg[None, :]
+    if HAS_SHARED:
+        s_base4 = tl.load(s_base_ptr + s_row).to(tl.uint32)[:, None] * 0x01010101
+        s_nib = tl.load(s_nib_p, mask=s_mask, other=0)
+        s_low = tl.load(s_low_p, mask=s_mask, other=0)
+    wait_for_previous(USE_PDL)
+    h_rows = h_ptr + (t * K_TOP + j).to(tl.int64) * I  # [KP]
+    hs_row = h_ptr + (N + t).to(tl.int64) * I
+    h_ptrs = group_ptrs(h_ptr, (t * K_TOP + j).to(tl.int64)[:, None] * (I // 2) + 4 * gg[None, :])
+    hs_ptrs = group_ptrs(h_ptr, (N + t).to(tl.int64) * (I // 2) + 4 * gg[None, :].to(tl.int64))
+    esc = _slot_escapes(eptr_ptr, ecol_ptr, eval_ptr, base_ptr, rows, h_rows, sm, 0, ESCAPES)
+    if HAS_SHARED:
+        s_one = s_row * 0 == 0
+        esc += _slot_escapes(s_eptr_ptr, s_ecol_ptr, s_eval_ptr, s_base_ptr, s_row,
+                             hs_row + s_row * 0, s_one, 0, ESCAPES)  # fmt: skip
+    acc = tl.zeros((KP, BG), dtype=tl.float32)
+    acc_s = tl.zeros((1, BG), dtype=tl.float32)
+    for i0 in range(0, I, BLOCK_I):
+        ahead = wmask & (gg * 0 + i0 + 2 * BLOCK_I < I)[None, :]
+        nib_ahead = tl.load(nib_p + 2 * BG, mask=ahead, other=0)
+        low_ahead = tl.load(low_p + 2 * BG, mask=ahead, other=0)
+        w = decode_group(nib, low.to(tl.uint32), (low >> 32).to(tl.uint32), base4, ASM)
+        hv = group_values(h_ptrs, wmask)
+        for q in tl.static_range(8):
+            acc += hv[q] * w[q]
+        if HAS_SHARED:
+            ws = decode_group(s_nib, s_low.to(tl.uint32), (s_low >> 32).to(tl.uint32), s_base4, ASM)
+            hs = group_values(hs_ptrs, s_mask)
+            for q in tl.static_range(8):
+                acc_s += hs[q] * ws[q]
+            s_nib_p += BG
+            s_low_p += BG
+            s_more = s_mask & (gg * 0 + i0 + BLOCK_I < I)[None, :]
+            s_nib = tl.load(s_nib_p, mask=s_more, other=0)
+            s_low = tl.load(s_low_p, mask=s_more, other=0)
+            hs_ptrs = advance_groups(hs_ptrs, BLOCK_I)
+        nib, low, nib_next, low_next = nib_next, low_next, nib_ahead, low_ahead
+        nib_p += BG
+        low_p += BG
+        h_ptrs = advance_groups(h_ptrs, BLOCK_I)
+    # rows with more escapes than one load of them (rare)
+    for c0 in range(ESCAPES, _slot_escape_count(eptr_ptr, rows, sm), ESCAPES):
+        esc += _slot_escapes(eptr_ptr, ecol_ptr, eval_ptr, base_ptr, rows, h_rows, sm, c0, ESCAPES)
+    if HAS_SHARED:
+        s_one = s_row * 0 == 0
+        for c0 in range(ESCAPES, _slot_escape_count(s_eptr_ptr, s_row, s_one), ESCAPES):
+            esc += _slot_escapes(s_eptr_ptr, s_ecol_ptr, s_eval_ptr, s_base_ptr, s_row,
+                                 hs_row + s_row * 0, s_one, c0, ESCAPES)  # fmt: skip
+    y = tl.sum(tl.sum(acc, axis=1), axis=0) + tl.sum(tl.sum(acc_s, axis=1), axis=0) + esc
+    o_ptr = out_ptr + t.to(tl.int64) * stride_ot + hh
+    if ADD_OUT:  # out is the residual stream: out += the MoE output, in fp32 before the one cast
+        y += tl.load(o_ptr).to(tl.float32)
+    tl.store(o_ptr, y.to(out_ptr.dtype.element_ty))
+
+
+def down_pairs_packed(
+    h: torch.Tensor,
+    packed: PackedBF16,
+    shared_packed: PackedBF16 | None,
+    topk_ids: torch.Tensor,
+    cfg: dict,
+    out: torch.Tensor | None = None,
+    add_out: bool = False,
+) -> torch.Tensor:
+    """``down_pairs`` (given top-k ids) with the routed experts' down matrices packed as one [E * H, I] and the
+    shared expert's as [H, I]: h [T*k + T, I] -> out [T, H] (with ``add_out``, added to out's contents). cfg:
+    BLOCK_I (a multiple of 8 dividing I; one group a thread at KP * BLOCK_I = 256 x num_warps), num_warps,
+    ESCAPES (escapes a slot's row loads at once, default 4), maxnreg."""
+    k_top = topk_ids.shape[1]
+    T = h.shape[0] // (k_top + 1)
+    inter = h.shape[1]
+    rows = packed.shape[0]
+    H = shared_packed.shape[0] if shared_packed is not None else cfg.get("H")
+    require(H is not None and rows % H == 0, "down_pairs_packed: the packed experts must be [E * H, I]")
+    require(
+        packed.shape[1] == inter and inter % cfg["BLOCK_I"] == 0 and cfg["BLOCK_I"] % 8 == 0,
+        "down_pairs_packed: BLOCK_I must be a multiple of 8 dividing I",
+    )
+    require(
+        h.dtype != torch.bfloat16 or (h.data_ptr() % 8 == 0 and inter % 4 == 0 and h.is_contiguous()),
+        "down_pairs_packed: bf16 h must be contiguous and 8-byte aligned",
+    )
+    if out is None:
+        out = torch.empty((T, H), dtype=h.dtype, device=h.device)
+    sp = shared_packed if shared_packed is not None else packed
+    launch(
+        _down_pairs_packed_kernel,
+        (H, T),
+        h,
+        packed.low,
+        packed.nib,
+        packed.base,
+        packed.escape_ptr,
+        packed.escape_row,
+        packed.escape_col,
+        packed.escape_val,
+        sp.low,
+        sp.nib,
+        sp.base,
+        sp.escape_ptr,
+        sp.escape_row,
+        sp.escape_col,
+        sp.escape_val,
+        topk_ids,
+        out,
+        T,
+        H,
+        inter,
+        out.stride(0),
+        K_TOP=k_top,
+        KP=triton.next_power_of_2(k_top),
+        BLOCK_I=cfg["BLOCK_I"],
+        ESCAPES=int(cfg.get("ESCAPES", 4)),
+        HAS_SHARED=shared_packed is not None,
+        ADD_OUT=add_out,
+        ASM=h.is_cuda,
+        num_warps=cfg.get("num_warps", 4),
+        num_stages=1,
+        **({"maxnreg": cfg["maxnreg"]} if cfg.get("maxnreg") else {}),
+    )
+    return out
