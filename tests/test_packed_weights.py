@@ -1,5 +1,5 @@
-"""``--pack-weights`` (layers/packed_weights.py): the one-token steps stream 12-bit copies of the GEMV weights
-and give the logits of the bf16 weights. Tiny bf16 MoE checkpoint through the Triton kernels (CPU interpreter),
+"""``--pack-weights`` (layers/packed_weights.py): the one-token steps stream 12-bit copies of the in-projections'
+and the experts' weights and give the logits of the bf16 weights. Tiny bf16 MoE checkpoint through the Triton kernels (CPU interpreter),
 with and without the copies, the routed projections on as on the GPU."""
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from test_model_vs_transformers import _score
 
 linear_op = importlib.import_module("hyserve.kernels.linear")
 linear_packed = importlib.import_module("hyserve.kernels.linear.triton_packed")
+triton_moe = importlib.import_module("hyserve.kernels.moe.triton_moe")
 rp = importlib.import_module("hyserve.kernels.routed_projection")
 
 
@@ -38,19 +39,28 @@ def test_packed_steps_match_the_bf16_weights(checkpoint, triton_kernels, monkeyp
     monkeypatch.setattr(rp, "gemv_plan", linear_op.gemv_plan)
     monkeypatch.setattr(rp, "packed_gemv_plan", lambda n, k: {"BLOCK_N": 8, "BLOCK_K": 64})
     monkeypatch.setattr(linear_op, "packed_gemv_plan", lambda n, k: {"BLOCK_N": 8, "BLOCK_K": 64})
-    calls = []
+    tiles = {"gate_up": {"BLOCK_I": 16, "BLOCK_K": 64}, "down": {"BLOCK_I": 32}}
+    monkeypatch.setattr(triton_moe, "_packed_tiles", lambda: tiles)
+    calls, moe_calls = [], []
     real = linear_packed.gemv_packed_triton
     monkeypatch.setattr(linear_packed, "gemv_packed_triton", lambda *a, **k: calls.append(1) or real(*a, **k))
+    for name in ("gate_up_pairs_packed", "down_pairs_packed"):
+        kernel = getattr(triton_moe, name)
+        monkeypatch.setattr(
+            triton_moe, name, lambda *a, _k=kernel, _n=name, **kw: moe_calls.append(_n) or _k(*a, **kw)
+        )
     llm = LLM(str(checkpoint), device="cpu", dtype="bfloat16", progress=False, max_model_len=32)
     assert prepare_routed_projections(llm.engine.model) > 0
-    ids = torch.randint(0, 500, (6,), generator=torch.Generator().manual_seed(8)).tolist()
-    plain = _score(llm, ids, [4, 1, 1]).float()
-    assert not calls
+    ids = torch.randint(0, 500, (7,), generator=torch.Generator().manual_seed(8)).tolist()
+    plain = _score(llm, ids, [5, 1, 1]).float()
+    assert not calls and not moe_calls
     assert prepare_packed_weights(llm.engine.model) > 0
-    packed = _score(llm, ids, [4, 1, 1]).float()
-    assert len(calls) >= 2 * 2  # two one-token steps, both mixers' in-projections
-    assert rel_err(packed[:4], plain[:4]) == 0.0  # the prefill does not use the copies
-    for pos in range(4, 6):  # the same values summed in another order, the logits rounded to bf16
+    packed = _score(llm, ids, [5, 1, 1]).float()
+    # two one-token steps, two layers (the prefill of 5 tokens takes the grouped kernels on the bf16 weights)
+    assert len(calls) == 2 * 2 and moe_calls.count("down_pairs_packed") == 2 * 2
+    assert moe_calls.count("gate_up_pairs_packed") == 2 * 2
+    assert rel_err(packed[:5], plain[:5]) == 0.0
+    for pos in range(5, 7):  # the same values summed in another order, rounded to bf16 on the way
         assert rel_err(packed[pos], plain[pos]) < 1e-2, pos
         assert packed[pos].argmax() == plain[pos].argmax()
 

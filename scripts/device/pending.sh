@@ -9,11 +9,15 @@
 #   PART=3 (~4 min): the batch-1 step's plan options (`scripts/tune_step.py --groups options`, SHARED_FIRST
 #          among them): what wins is in $OUT/options; copy its tables in, then verify_serve.sh.
 #   PART=4 (~4 min): the GEMV over 12-bit packed bf16 weights (kernels/packed_bf16, 18th session): its GPU tests
-#          (the prmt decode at the model's shapes), its sm_90 builds, then `linear.bench --packed` at the model's
-#          GEMV shapes against the committed bf16 plans. It pays off if the best packed tile takes clearly less
-#          than the bf16 plan (0.75 of the time at most); then the MoE pairs kernels are next.
-#   PART=5 (~6 min): the batch-1 decode step with and without --pack-weights (scripts/profile_decode.py, the
-#          same tree): the in-projections' GEMV time added to the step, and the replay.
+#          (the prmt decode at the model's shapes), then `linear.bench --packed` at the model's GEMV shapes against
+#          the committed bf16 plans. It pays off if the best packed tile takes clearly less than the bf16 plan
+#          (0.75 of the time at most).
+#   PART=5 (~5 min): the few-token MoE kernels over packed experts: their GPU tests and the model's with the
+#          copies, then `moe.bench --pairs` (bf16 gate_up / down tiles, then "gate_up_pk" / "down_pk").
+#   PART=6 (~6 min): the batch-1 decode step with and without --pack-weights (scripts/profile_decode.py, the
+#          same tree): the in-projections' and the experts' time added to the step, and the replay.
+#   PART=7 (~6 min): the HTTP table with --pack-weights (serve_bench.sh; the start-up includes the packing).
+#   PART=8 (~4 min): `hyserve verify` with --pack-weights (the same values: it must pass as without).
 # Carry .whl (and .base for PART=2).
 set -u
 source "$(dirname "$0")/common.sh"
@@ -36,10 +40,21 @@ case "${PART:-1}" in
     cp $W/bench.log $OUT/packed_bench.log
     ;;
   5)
+    TAILN=3 run tests 300 python3 -m pytest -q -p no:cacheprovider src/hyserve/kernels/moe/test_pairs_packed.py \
+      tests/test_packed_weights.py
+    TAILN=30 run pairs 300 python3 -m hyserve.kernels.moe.bench --pairs
+    ;;
+  6)
     args=(--model $M --load-format dummy --kv-cache-memory-gb 8 --max-num-seqs 32 --max-model-len 8192 --prompt-len 384
       --cuda-graph-sizes 1 --prefill-graph-sizes none --batch 1 --steps 30 --no-warmup --top 12)
-    TAILN=16 run packed 200 python3 scripts/profile_decode.py "${args[@]}" --pack-weights
+    TAILN=16 run packed 240 python3 scripts/profile_decode.py "${args[@]}" --pack-weights
     TAILN=16 run plain 200 python3 scripts/profile_decode.py "${args[@]}"
     ;;
-  *) echo "PART must be 1 to 5" && exit 2 ;;
+  7) bash scripts/device/serve_bench.sh --max-num-seqs 48 --max-model-len 8192 --gpu-memory-utilization 0.95 \
+       --pack-weights 2>&1 | grep -v "^hyserve:" | tail -n 40 ;;
+  8)
+    TAILN=8 run verify 400 python3 -m hyserve verify --model $M --load-format dummy --kv-cache-memory-gb 4 \
+      --max-num-seqs 8 --max-model-len 4096 --paths fast --pack-weights
+    ;;
+  *) echo "PART must be 1 to 8" && exit 2 ;;
 esac

@@ -55,8 +55,8 @@ class EngineArgs:
     # on CUDA with graphs, a one-token step routes each MoE layer inside its mixer's projections instead of a
     # router launch (+3 MB a layer of router rows; layers/routed_projection.py)
     routed_projections: bool = True
-    # on CUDA with graphs, one-token GEMVs stream a lossless 12-bit copy of their bf16 weights (0.75 of the
-    # bytes, ~2 GB more memory; layers/packed_weights.py). Off until timed on the H200.
+    # on CUDA with graphs, few-token steps stream lossless 12-bit copies of the in-projections' and the experts'
+    # bf16 weights (0.75 of the bytes, ~50 GB more memory; layers/packed_weights.py). Off until timed.
     pack_weights: bool = False
     progress: bool = True
 
@@ -141,7 +141,7 @@ class LLMEngine:
             log.info("router rows in the mixers' projections: %.2f GB", nbytes / 1e9)
         if self.device.type == "cuda" and args.pack_weights and not args.enforce_eager:
             nbytes = prepare_packed_weights(self.model)
-            log.info("12-bit copies of the batch-1 GEMV weights: %.2f GB", nbytes / 1e9)
+            log.info("12-bit copies of the few-token steps' weights: %.2f GB", nbytes / 1e9)
         self.max_model_len = args.max_model_len or min(self.config.max_position_embeddings, 32768)
         if self.max_model_len > self.config.max_position_embeddings:
             raise ValueError(

@@ -3,12 +3,14 @@ optional feature; ``kernels/packed_bf16`` has the format, ``kernels/linear/trito
 
 The format is lossless, so a packed copy changes no value: it only moves 0.75 of the bytes. The bf16 weight
 stays for everything else (prefill and larger batches through cuBLAS, the reference path), so the copies cost
-0.75 of their weights' bytes in memory: ~2 GB for Qwen3.6-35B-A3B's in-projections.
+0.75 of their weights' bytes in memory.
 
 Packed here: each mixer's in-projection as the one-token step runs it (with the router's rows when the routed
-projections are on, ``RoutedProjections.w_in``; else the layer's own weight), and any other ``Linear`` whose
-GEMV the packed table covers. Not packed (yet): the routing out-projection (its own kernel), the experts (the
-MoE kernels) and the LM head (its greedy screen is already int8).
+projections are on, ``RoutedProjections.w_in``; else the layer's own weight), any other ``Linear`` whose GEMV
+the packed table covers, and each MoE block's experts (gate_up and down, the shared expert folded in:
+``kernels/moe/triton_pairs_packed.py``, for the few-token path). The experts' copies are the bulk: ~48 GB
+for Qwen3.6-35B-A3B next to its 64 GB of bf16 experts, which the prefill and larger batches keep reading.
+Not packed (yet): the routing out-projection (its own kernel) and the LM head (its greedy screen is int8).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import torch
 from torch import nn
 
 from hyserve.kernels.linear import packed_gemv_plan
+from hyserve.kernels.moe.triton_pairs_packed import pack_experts
 from hyserve.kernels.packed_bf16 import pack_bf16
 from hyserve.layers.linear import Linear
 
@@ -26,7 +29,17 @@ def prepare_packed_weights(model: nn.Module) -> int:
     total = 0
     routed_out = set()
     for layer in model.model.layers:
-        routed = getattr(getattr(layer, "mlp", None), "routed", None)
+        moe = getattr(layer, "mlp", None)
+        if hasattr(moe, "experts") and moe.experts.gate_up_proj.dtype == torch.bfloat16:
+            shared = moe.shared_expert
+            moe.packed = pack_experts(
+                moe.experts.gate_up_proj.data,
+                moe.experts.down_proj.data,
+                shared.gate_up_proj.weight.data,
+                shared.down_proj.weight.data,
+            )
+            total += moe.packed.nbytes
+        routed = getattr(moe, "routed", None)
         if routed is None:
             continue
         mixer = getattr(layer, "linear_attn", None) or layer.self_attn

@@ -16,6 +16,8 @@ bytes into L2 before the PDL wait, ``kernels/l2_prefetch.py``).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 import triton
 import triton.language as tl
@@ -26,7 +28,7 @@ from hyserve.kernels.l2_prefetch import prefetch_l2, prefetch_parts
 from hyserve.kernels.moe.routing import round_code
 from hyserve.kernels.moe.triton_pairs import _gate_up_finish
 from hyserve.kernels.moe.workspace import empty, launch
-from hyserve.kernels.packed_bf16 import PackedBF16
+from hyserve.kernels.packed_bf16 import PackedBF16, pack_bf16
 from hyserve.kernels.packed_bf16.triton_kernel import (
     advance_groups,
     decode_group,
@@ -496,3 +498,41 @@ def down_pairs_packed(
         **({"maxnreg": cfg["maxnreg"]} if cfg.get("maxnreg") else {}),
     )
     return out
+
+
+@dataclass(frozen=True)
+class PackedExperts:
+    """One MoE layer's experts in the 12-bit format, for the few-token kernels (``pack_experts``)."""
+
+    gate_up: PackedBF16  # [E * 2I, H]: expert e's gate rows at e * 2I, its up rows I after
+    down: PackedBF16  # [E * H, I]
+    shared_gate_up: PackedBF16 | None  # [2I, H] (a shared expert as wide as the routed ones), else None
+    shared_down: PackedBF16 | None  # [H, I]
+    inter: int  # I
+
+    @property
+    def nbytes(self) -> int:
+        parts = (self.gate_up, self.down, self.shared_gate_up, self.shared_down)
+        return sum(p.nbytes for p in parts if p is not None)
+
+
+def pack_experts(
+    w_gate_up: torch.Tensor,
+    w_down: torch.Tensor,
+    shared_gate_up: torch.Tensor | None = None,
+    shared_down: torch.Tensor | None = None,
+) -> PackedExperts:
+    """w_gate_up [E, 2I, H], w_down [E, H, I] (bf16) and the shared expert's [2I, H], [H, I] (packed only when as
+    wide as the routed ones, which is when the kernels fold it in) -> their ``PackedExperts``."""
+    E, two_i, H = w_gate_up.shape
+    inter = two_i // 2
+    fold = (
+        shared_gate_up is not None and shared_gate_up.shape == (two_i, H) and shared_down.shape == (H, inter)
+    )
+    return PackedExperts(
+        gate_up=pack_bf16(w_gate_up.reshape(E * two_i, H)),
+        down=pack_bf16(w_down.reshape(E * H, inter)),
+        shared_gate_up=pack_bf16(shared_gate_up) if fold else None,
+        shared_down=pack_bf16(shared_down) if fold else None,
+        inter=inter,
+    )

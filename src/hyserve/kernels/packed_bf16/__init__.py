@@ -75,9 +75,9 @@ def _row_windows(h: torch.Tensor) -> torch.Tensor:
 
 
 @torch.no_grad()
-def pack_bf16(weight: torch.Tensor, chunk_rows: int = 4096) -> PackedBF16:
-    """weight [N, K] bf16 (K even) -> its ``PackedBF16`` on the same device (in chunks of rows, so the
-    temporaries stay small next to a multi-GB weight)."""
+def pack_bf16(weight: torch.Tensor, chunk_rows: int | None = None) -> PackedBF16:
+    """weight [N, K] bf16 (K even) -> its ``PackedBF16`` on the same device, in chunks of rows (default: 32 M
+    elements, ~1.5 GB of temporaries) so that packing a multi-GB weight needs little memory beside it."""
     if weight.dtype != torch.bfloat16 or weight.dim() != 2 or weight.shape[1] % 2:
         raise ValueError(
             f"pack_bf16 takes a 2-D bf16 matrix with an even row length, got {weight.dtype} "
@@ -85,6 +85,7 @@ def pack_bf16(weight: torch.Tensor, chunk_rows: int = 4096) -> PackedBF16:
         )
     n, k = weight.shape
     dev = weight.device
+    chunk_rows = chunk_rows or max(1, (1 << 25) // k)
     low = torch.empty(n, k, dtype=torch.uint8, device=dev)
     nib = torch.empty(n, k // 2, dtype=torch.uint8, device=dev)
     base = torch.empty(n, dtype=torch.int32, device=dev)
