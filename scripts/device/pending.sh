@@ -13,7 +13,9 @@
 #          the committed bf16 plans. It pays off if the best packed tile takes clearly less than the bf16 plan
 #          (0.75 of the time at most).
 #   PART=5 (~5 min): the few-token MoE kernels over packed experts: their GPU tests and the model's with the
-#          copies, then `moe.bench --pairs` (bf16 gate_up / down tiles, then "gate_up_pk" / "down_pk").
+#          copies, then `moe.bench --pairs` (bf16 gate_up / down tiles, then "gate_up_pk" / "down_pk") and
+#          `--grouped-packed` (the prefill's gate_up, bf16 against packed; if packed loses, set
+#          "grouped_gate_up": false in kernels/moe/configs/packed_pairs.json before PART=7).
 #   PART=6 (~6 min): the batch-1 decode step with and without --pack-weights (scripts/profile_decode.py, the
 #          same tree): the in-projections' and the experts' time added to the step, and the replay.
 #   PART=7 (~6 min): the HTTP table with --pack-weights (serve_bench.sh; the start-up includes the packing).
@@ -42,7 +44,8 @@ case "${PART:-1}" in
   5)
     TAILN=3 run tests 300 python3 -m pytest -q -p no:cacheprovider src/hyserve/kernels/moe/test_pairs_packed.py \
       tests/test_packed_weights.py
-    TAILN=30 run pairs 300 python3 -m hyserve.kernels.moe.bench --pairs
+    TAILN=30 run pairs 240 python3 -m hyserve.kernels.moe.bench --pairs
+    TAILN=4 run grouped 120 python3 -m hyserve.kernels.moe.bench --grouped-packed --tokens 32,1024,4096
     ;;
   6)
     args=(--model $M --load-format dummy --kv-cache-memory-gb 8 --max-num-seqs 32 --max-model-len 8192 --prompt-len 384

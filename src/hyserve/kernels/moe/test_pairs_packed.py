@@ -117,3 +117,28 @@ def test_packed_down_matches_the_bf16_kernel(T, shared, cfg):
     got = down_pairs_packed(h, packed, sp, ids, {**cfg, **extra}, out=resid.clone(), add_out=True)
     assert not got.isnan().any()
     assert rel_err(got - resid, want - resid) < 1e-5
+
+
+@pytest.mark.parametrize("T", [5, 23])
+@pytest.mark.parametrize("shared", [True, False])
+def test_grouped_packed_gate_up_matches_the_bf16_kernel(T, shared):
+    """The prefill's grouped gate_up (tensor-core path, block_m 16) over packed experts, the same routing."""
+    from hyserve.kernels.moe.routing import route_and_align
+    from hyserve.kernels.moe.triton_gate_up import gate_up
+    from hyserve.kernels.moe.triton_gate_up_packed import gate_up_packed
+    from hyserve.kernels.moe.triton_pairs_packed import pack_experts
+
+    E, H, I, top_k = 8, 64, 16, 3
+    w, sw, sg, x, _, _ = _inputs(T, E, H, I, top_k, seed=T + shared)
+    wd = torch.zeros(E, H, I, dtype=torch.bfloat16, device=DEV)
+    logits = torch.randn(T, E, generator=torch.Generator().manual_seed(T)).to(DEV)
+    rt = route_and_align(logits, top_k, 16, shared, torch.float32)
+    cfg = {"BLOCK_I": 8, "BLOCK_K": 32}
+    sgu, gate = (sw.float(), sg) if shared else (None, None)
+    args = (rt.topk_weights, rt.sorted_pairs, rt.meta, rt.max_blocks, 16)
+    want = gate_up(x, w.float(), sgu, gate, *args, cfg)
+    packed = pack_experts(w, wd, sw if shared else None, torch.zeros(H, I, dtype=torch.bfloat16, device=DEV))
+    got = gate_up_packed(x, packed, gate, *args, {**cfg, "ESCAPES": 4})
+    rows = T * top_k + (T if shared else 0)
+    assert not got[:rows].isnan().any()
+    assert rel_err(got[:rows], want[:rows]) < 1e-5

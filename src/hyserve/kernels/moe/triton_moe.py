@@ -41,6 +41,7 @@ from hyserve.kernels.moe.router import route_and_align_fused, route_topk_fused, 
 from hyserve.kernels.moe.routing import route_and_align, route_topk, small_routing
 from hyserve.kernels.moe.triton_decode import MAX_REDUCE_TOKENS, down_reduce
 from hyserve.kernels.moe.triton_gate_up import gate_up
+from hyserve.kernels.moe.triton_gate_up_packed import gate_up_packed
 from hyserve.kernels.moe.triton_pairs import down_pairs, gate_up_pairs
 from hyserve.kernels.moe.triton_pairs_packed import PackedExperts, down_pairs_packed, gate_up_pairs_packed
 from hyserve.kernels.moe.triton_prefill import down_scatter_sum
@@ -53,6 +54,23 @@ PACKED_PLAN_PATH = Path(__file__).parent / "configs" / "packed_pairs.json"
 @functools.cache
 def _packed_tiles() -> dict | None:
     return json.loads(PACKED_PLAN_PATH.read_text()) if PACKED_PLAN_PATH.exists() else None
+
+
+def _grouped_packed(packed: PackedExperts | None, x: torch.Tensor, fuse_shared: bool, plan: dict) -> bool:
+    """Whether the grouped gate_up takes the packed experts: as ``_packed_plan``, the table's
+    ``grouped_gate_up`` on, the tensor-core path (block_m >= 16) with tiles that fit the format."""
+    tiles = _packed_tiles()
+    if packed is None or tiles is None or not tiles.get("grouped_gate_up"):
+        return False
+    if x.dtype != torch.bfloat16 or (packed.shared_gate_up is not None) != fuse_shared:
+        return False
+    gu = plan["gate_up"]
+    return (
+        plan["block_m"] >= 16
+        and x.shape[1] % gu["BLOCK_K"] == 0
+        and gu["BLOCK_K"] % 8 == 0
+        and (packed.inter % gu["BLOCK_I"] == 0)
+    )
 
 
 def _packed_plan(packed: PackedExperts | None, x: torch.Tensor, fuse_shared: bool) -> dict | None:
@@ -182,9 +200,11 @@ def fused_moe_triton(
         if pplan is None:
             res = down_pairs(h, w_down, sd, ids, plan["down"], out=target, add_out=add_out, **kw)
     else:
+        grouped_packed = packed if _grouped_packed(packed, x, fuse_shared, plan) else None
         res = _grouped(
-            x, gate_weight, w_gate_up, w_down, top_k, sgu, sd, sg, plan, force_large_routing, target, add_out
-        )
+            x, gate_weight, w_gate_up, w_down, top_k, sgu, sd, sg, plan, force_large_routing, target, add_out,
+            grouped_packed,
+        )  # fmt: skip
     if not direct:  # a shared expert of another width: plain torch, added in fp32
         shared = F.linear(silu_and_mul_reference(F.linear(x, shared_gate_up)), shared_down)
         if shared_expert_gate is not None:
@@ -209,8 +229,10 @@ def _grouped(
     force_large_routing: bool,
     out: torch.Tensor | None,
     add_out: bool,
+    packed: PackedExperts | None = None,
 ) -> torch.Tensor:
-    """Routing + grouping by expert, grouped gate_up, then the "reduce" or "scatter" down kernels."""
+    """Routing + grouping by expert, grouped gate_up (over ``packed`` experts when given), then the "reduce" or
+    "scatter" down kernels."""
     T, E = x.shape[0], gate_weight.shape[0]
     bm = plan["block_m"]
     reduce = plan["down_mode"] == "reduce" and T <= MAX_REDUCE_TOKENS
@@ -223,18 +245,12 @@ def _grouped(
     else:
         logits = F.linear(x, gate_weight)
         rt = route_and_align(logits, top_k, bm, with_shared, x.dtype, force_large=force_large_routing)
-    h = gate_up(
-        x,
-        w_gate_up,
-        shared_gate_up,
-        shared_expert_gate,
-        rt.topk_weights,
-        rt.sorted_pairs,
-        rt.meta,
-        rt.max_blocks,
-        bm,
-        plan["gate_up"],
-    )
+    routed = (rt.topk_weights, rt.sorted_pairs, rt.meta, rt.max_blocks, bm)
+    if packed is not None:
+        tiles = {k: v for k, v in plan["gate_up"].items() if k != "TMA"}
+        h = gate_up_packed(x, packed, shared_expert_gate, *routed, tiles)
+    else:
+        h = gate_up(x, w_gate_up, shared_gate_up, shared_expert_gate, *routed, plan["gate_up"])
     down = down_reduce if reduce else down_scatter_sum
     args = (h, w_down, shared_down, rt.sorted_pairs, rt.meta, rt.max_blocks, bm, T, top_k, plan["down"])
     return down(*args, out=out, add_out=add_out)
