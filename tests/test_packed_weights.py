@@ -39,12 +39,14 @@ def test_packed_steps_match_the_bf16_weights(checkpoint, triton_kernels, monkeyp
     monkeypatch.setattr(rp, "gemv_plan", linear_op.gemv_plan)
     monkeypatch.setattr(rp, "packed_gemv_plan", lambda n, k: {"BLOCK_N": 8, "BLOCK_K": 64})
     monkeypatch.setattr(linear_op, "packed_gemv_plan", lambda n, k: {"BLOCK_N": 8, "BLOCK_K": 64})
-    tiles = {"gate_up": {"BLOCK_I": 16, "BLOCK_K": 64}, "down": {"BLOCK_I": 32}, "grouped_gate_up": True}
+    # the grouped kernels stay on the bf16 experts here: the interpreter's bf16 dots are not exact enough for
+    # the escapes' stand-ins to cancel (their tests compare them in fp32 on the CPU, in bf16 on the GPU)
+    tiles = {"gate_up": {"BLOCK_I": 16, "BLOCK_K": 64}, "down": {"BLOCK_I": 32}, "grouped": False}
     monkeypatch.setattr(triton_moe, "_packed_tiles", lambda: tiles)
     calls, moe_calls = [], []
     real = linear_packed.gemv_packed_triton
     monkeypatch.setattr(linear_packed, "gemv_packed_triton", lambda *a, **k: calls.append(1) or real(*a, **k))
-    for name in ("gate_up_pairs_packed", "down_pairs_packed", "gate_up_packed"):
+    for name in ("gate_up_pairs_packed", "down_pairs_packed", "gate_up_packed", "down_scatter_sum_packed"):
         kernel = getattr(triton_moe, name)
         monkeypatch.setattr(
             triton_moe, name, lambda *a, _k=kernel, _n=name, **kw: moe_calls.append(_n) or _k(*a, **kw)
@@ -56,10 +58,11 @@ def test_packed_steps_match_the_bf16_weights(checkpoint, triton_kernels, monkeyp
     assert not calls and not moe_calls
     assert prepare_packed_weights(llm.engine.model) > 0
     packed = _score(llm, ids, [5, 1, 1]).float()
-    # two one-token steps, two layers; the prefill of 5 tokens takes the grouped gate_up over the packed experts
+    # two one-token steps, two layers (the prefill of 5 tokens takes the grouped kernels on the bf16 experts)
     assert len(calls) == 2 * 2 and moe_calls.count("down_pairs_packed") == 2 * 2
-    assert moe_calls.count("gate_up_pairs_packed") == 2 * 2 and moe_calls.count("gate_up_packed") == 2
-    for pos in range(7):  # the same values summed in another order, rounded to bf16 on the way
+    assert moe_calls.count("gate_up_pairs_packed") == 2 * 2 and "gate_up_packed" not in moe_calls
+    assert rel_err(packed[:5], plain[:5]) == 0.0
+    for pos in range(5, 7):  # the same values summed in another order, rounded to bf16 on the way
         assert rel_err(packed[pos], plain[pos]) < 1e-2, pos
         assert packed[pos].argmax() == plain[pos].argmax()
 

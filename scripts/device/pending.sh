@@ -15,7 +15,7 @@
 #   PART=5 (~5 min): the few-token MoE kernels over packed experts: their GPU tests and the model's with the
 #          copies, then `moe.bench --pairs` (bf16 gate_up / down tiles, then "gate_up_pk" / "down_pk") and
 #          `--grouped-packed` (the prefill's gate_up, bf16 against packed; if packed loses, set
-#          "grouped_gate_up": false in kernels/moe/configs/packed_pairs.json before PART=7).
+#          "grouped": false in kernels/moe/configs/packed_pairs.json before PART=7).
 #   PART=6 (~6 min): the batch-1 decode step with and without --pack-weights (scripts/profile_decode.py, the
 #          same tree): the in-projections' and the experts' time added to the step, and the replay.
 #   PART=7 (~6 min): the HTTP table with --pack-weights (serve_bench.sh; the start-up includes the packing).

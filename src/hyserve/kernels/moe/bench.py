@@ -259,11 +259,11 @@ def pairs_times(top_k: int = 8) -> list[tuple[str, dict, float, float, float]]:
 
 def grouped_packed_times(T: int, top_k: int = 8) -> dict[str, float]:
     """The grouped gate_up at T tokens with the committed plan's tiles: bf16 (as planned, TMA included) against
-    the packed experts (``triton_gate_up_packed.py``, the same tiles without TMA): us, and the max |diff|."""
+    the packed experts (``triton_grouped_packed.py``, the same tiles without TMA): us, and the max |diff|."""
     from hyserve.kernels.moe.configs import get_plan
     from hyserve.kernels.moe.routing import route_and_align
     from hyserve.kernels.moe.triton_gate_up import gate_up
-    from hyserve.kernels.moe.triton_gate_up_packed import gate_up_packed
+    from hyserve.kernels.moe.triton_grouped_packed import gate_up_packed
     from hyserve.kernels.moe.triton_pairs_packed import pack_experts
 
     lay = make_layer()

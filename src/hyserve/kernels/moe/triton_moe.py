@@ -41,7 +41,7 @@ from hyserve.kernels.moe.router import route_and_align_fused, route_topk_fused, 
 from hyserve.kernels.moe.routing import route_and_align, route_topk, small_routing
 from hyserve.kernels.moe.triton_decode import MAX_REDUCE_TOKENS, down_reduce
 from hyserve.kernels.moe.triton_gate_up import gate_up
-from hyserve.kernels.moe.triton_gate_up_packed import gate_up_packed
+from hyserve.kernels.moe.triton_grouped_packed import down_scatter_sum_packed, gate_up_packed
 from hyserve.kernels.moe.triton_pairs import down_pairs, gate_up_pairs
 from hyserve.kernels.moe.triton_pairs_packed import PackedExperts, down_pairs_packed, gate_up_pairs_packed
 from hyserve.kernels.moe.triton_prefill import down_scatter_sum
@@ -57,20 +57,19 @@ def _packed_tiles() -> dict | None:
 
 
 def _grouped_packed(packed: PackedExperts | None, x: torch.Tensor, fuse_shared: bool, plan: dict) -> bool:
-    """Whether the grouped gate_up takes the packed experts: as ``_packed_plan``, the table's
-    ``grouped_gate_up`` on, the tensor-core path (block_m >= 16) with tiles that fit the format."""
+    """Whether the grouped kernels take the packed experts: as ``_packed_plan``, the table's ``grouped`` on, the
+    tensor-core paths (block_m >= 16) with tiles that fit the format (the scatter down's too where it runs)."""
     tiles = _packed_tiles()
-    if packed is None or tiles is None or not tiles.get("grouped_gate_up"):
+    if packed is None or tiles is None or not tiles.get("grouped"):
         return False
     if x.dtype != torch.bfloat16 or (packed.shared_gate_up is not None) != fuse_shared:
         return False
-    gu = plan["gate_up"]
-    return (
-        plan["block_m"] >= 16
-        and x.shape[1] % gu["BLOCK_K"] == 0
-        and gu["BLOCK_K"] % 8 == 0
-        and (packed.inter % gu["BLOCK_I"] == 0)
+    H, inter, gu, dn = x.shape[1], packed.inter, plan["gate_up"], plan["down"]
+    fits_gu = H % gu["BLOCK_K"] == 0 and gu["BLOCK_K"] % 8 == 0 and inter % gu["BLOCK_I"] == 0
+    fits_dn = (
+        H % dn.get("BLOCK_H", 1) == 0 and inter % dn.get("BLOCK_K", 8) == 0 and dn.get("BLOCK_K", 8) % 8 == 0
     )
+    return plan["block_m"] >= 16 and fits_gu and fits_dn
 
 
 def _packed_plan(packed: PackedExperts | None, x: torch.Tensor, fuse_shared: bool) -> dict | None:
@@ -251,6 +250,9 @@ def _grouped(
         h = gate_up_packed(x, packed, shared_expert_gate, *routed, tiles)
     else:
         h = gate_up(x, w_gate_up, shared_gate_up, shared_expert_gate, *routed, plan["gate_up"])
+    if packed is not None and not reduce:
+        tiles = {k: v for k, v in plan["down"].items() if k not in ("TMA", "fused_sum")}
+        return down_scatter_sum_packed(h, packed, *routed[1:], T, top_k, tiles, out=out, add_out=add_out)
     down = down_reduce if reduce else down_scatter_sum
     args = (h, w_down, shared_down, rt.sorted_pairs, rt.meta, rt.max_blocks, bm, T, top_k, plan["down"])
     return down(*args, out=out, add_out=add_out)

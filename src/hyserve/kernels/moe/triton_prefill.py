@@ -269,6 +269,15 @@ def down_scatter_sum(
     )
     if fused:
         return out
+    return sum_rows(y, out, T, k_top, has_shared, add_out)
+
+
+def sum_rows(
+    y: torch.Tensor, out: torch.Tensor, T: int, k_top: int, has_shared: bool, add_out: bool
+) -> torch.Tensor:
+    """out [T, H] (+)= the sum over each token's k (+ 1 shared) rows of the per-pair y [T*k + T, H]
+    (``_sum_kernel``); returns out."""
+    n, H = T * k_top, y.shape[1]
     # decode-sized T: one token and a quarter row per program, so even T = 32 fills the SMs (4 tokens x 1024
     # per program left 16 programs at T = 32: 7 us a layer on the H200 for 1 MB)
     big = T >= 512

@@ -1,4 +1,5 @@
-"""The grouped gate_up (``triton_gate_up.py``, tensor-core path) over experts in the 12-bit bf16 format.
+"""The grouped gate_up and down (``triton_gate_up.py``, ``triton_prefill.py``: the tensor-core paths) over experts
+in the 12-bit bf16 format.
 
 A prefill of 1024 tokens reads all 256 experts of every layer (64 GB in bf16, 16 of the ~26 ms of kernels at
 the first token); the packed experts (``triton_pairs_packed.PackedExperts``) hold them in 0.75 of the bytes.
@@ -9,7 +10,8 @@ epilogue and the shared expert's gate are those of ``_gate_up_kernel``; per K ti
 [BLOCK_I, BLOCK_K] tile in K order (``tl.join`` three deep, then a reshape inside each thread) and feeds
 ``tl.dot`` in x's dtype (the values are bf16, so the cast is exact). The decode is ~3 integer operations a
 weight, shared by the BLOCK_M rows of the block. The escapes of the program's rows are added after the K loop
-as ``(w - v') x[col]`` for every row of the block.
+as ``(w - v') x[col]`` for every row of the block. The down kernel is ``_down_kernel``'s scatter to per-pair
+rows the same way (no fused sum), then the same ``sum_rows``.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from hyserve.kernels.contracts import require
 from hyserve.kernels.moe.routing import block_rows
 from hyserve.kernels.moe.triton_gate_up import dot_precision
 from hyserve.kernels.moe.triton_pairs_packed import PackedExperts
+from hyserve.kernels.moe.triton_prefill import sum_rows
 from hyserve.kernels.moe.workspace import empty, launch
 from hyserve.kernels.packed_bf16.triton_kernel import decode_group, escape_entries, escape_sum
 from hyserve.kernels.pdl import wait_for_previous
@@ -238,3 +241,150 @@ def gate_up_packed(
         num_stages=cfg.get("num_stages", 3),
     )
     return h
+
+
+@triton.jit(do_not_specialize=["N", "MAXB"])
+def _down_packed_kernel(
+    h_ptr,
+    low_ptr,
+    nib_ptr,
+    base_ptr,
+    eptr_ptr,
+    erow_ptr,
+    ecol_ptr,
+    eval_ptr,
+    s_low_ptr,
+    s_nib_ptr,
+    s_base_ptr,
+    s_eptr_ptr,
+    s_erow_ptr,
+    s_ecol_ptr,
+    s_eval_ptr,
+    sorted_ptr,
+    meta_ptr,
+    y_ptr,
+    N,
+    H,
+    I,
+    E,
+    MAXB,
+    BLOCK_M: tl.constexpr,
+    BLOCK_H: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    ESCAPES: tl.constexpr,
+    DOT_PREC: tl.constexpr,
+    ASM: tl.constexpr,
+    USE_PDL: tl.constexpr,
+):
+    """``_down_kernel`` of ``triton_prefill.py`` (no fused sum, no TMA) over the packed [E * H, I] and the
+    shared expert's [H, I]: y[pair] = h[row] W_down[e]^T for the block's rows, the H-tile [n * BLOCK_H, +BLOCK_H).
+    I % BLOCK_K == 0, H % BLOCK_H == 0."""
+    BG: tl.constexpr = BLOCK_K // 8
+    wait_for_previous(USE_PDL)
+    n = tl.program_id(0)
+    b = tl.program_id(1)
+    if b >= tl.load(meta_ptr + 3 * MAXB):
+        return
+    e, is_shared, pos, rmask, routed, pair = block_rows(meta_ptr, sorted_ptr, b, N, E, MAXB, BLOCK_M)
+    dest = tl.where(pos >= N, pos, pair).to(tl.int64)
+    row0 = tl.where(is_shared, 0, e.to(tl.int64) * H)
+    low_p = tl.where(is_shared, s_low_ptr, low_ptr)
+    nib_p = tl.where(is_shared, s_nib_ptr, nib_ptr)
+    base_p = tl.where(is_shared, s_base_ptr, base_ptr)
+    hh = n * BLOCK_H + tl.arange(0, BLOCK_H)
+    rows = row0 + hh.to(tl.int64)
+    gg = tl.arange(0, BG)
+    kk = tl.arange(0, BLOCK_K)
+    h_rows = h_ptr + pos.to(tl.int64) * I
+    nib_w = nib_p.to(tl.pointer_type(tl.uint32)) + rows[:, None] * (I // 8) + gg[None, :]
+    low_w = low_p.to(tl.pointer_type(tl.uint64)) + rows[:, None] * (I // 8) + gg[None, :]
+    base4 = tl.load(base_p + rows).to(tl.uint32)[:, None] * 0x01010101
+    acc = tl.zeros((BLOCK_M, BLOCK_H), dtype=tl.float32)
+    nib = tl.load(nib_w)
+    low = tl.load(low_w)
+    for k0 in range(0, I, BLOCK_K):
+        more = gg[None, :] * 0 + k0 + BLOCK_K < I
+        nib_next = tl.load(nib_w + BG, mask=more, other=0)
+        low_next = tl.load(low_w + BG, mask=more, other=0)
+        ht = tl.load(h_rows[:, None] + (k0 + kk)[None, :], mask=rmask[:, None], other=0.0)
+        w = _in_k_order(decode_group(nib, low.to(tl.uint32), (low >> 32).to(tl.uint32), base4, ASM))
+        acc = tl.dot(ht, tl.trans(w.to(ht.dtype)), acc, input_precision=DOT_PREC)
+        nib, low = nib_next, low_next
+        nib_w += BG
+        low_w += BG
+    eptr_p = tl.where(is_shared, s_eptr_ptr, eptr_ptr)
+    erow_p = tl.where(is_shared, s_erow_ptr, erow_ptr)
+    ecol_p = tl.where(is_shared, s_ecol_ptr, ecol_ptr)
+    eval_p = tl.where(is_shared, s_eval_ptr, eval_ptr)
+    acc += _block_escapes(eptr_p, erow_p, ecol_p, eval_p, base_p, row0 + n * BLOCK_H, rows, h_rows[:, None], rmask,
+                          ESCAPES)  # fmt: skip
+    tl.store(y_ptr + dest[:, None] * H + hh[None, :], acc.to(y_ptr.dtype.element_ty), mask=rmask[:, None])
+
+
+def down_scatter_sum_packed(
+    h: torch.Tensor,
+    packed: PackedExperts,
+    sorted_pairs: torch.Tensor,
+    meta: torch.Tensor,
+    max_blocks: int,
+    block_m: int,
+    T: int,
+    k_top: int,
+    cfg: dict,
+    out: torch.Tensor | None = None,
+    add_out: bool = False,
+) -> torch.Tensor:
+    """``down_scatter_sum`` with the experts' (and the shared expert's) down in ``packed``: h [N + T, I] -> out
+    [T, H] (added to out's contents with ``add_out``). cfg: BLOCK_H (dividing H), BLOCK_K (dividing I, a
+    multiple of 8), num_warps, num_stages, ESCAPES (default 16)."""
+    inter = packed.inter
+    E = packed.gate_up.shape[0] // (2 * inter)
+    H = packed.down.shape[0] // E
+    bh, bk = cfg["BLOCK_H"], cfg["BLOCK_K"]
+    require(block_m >= 16, "down_scatter_sum_packed: the tensor-core path needs block_m >= 16")
+    require(
+        H % bh == 0 and inter % bk == 0 and bk % 8 == 0 and h.shape[1] == inter and h.is_contiguous(),
+        "down_scatter_sum_packed: BLOCK_H must divide H, BLOCK_K (a multiple of 8) divide I; h contiguous",
+    )
+    n = T * k_top
+    dn = packed.down
+    sp = packed.shared_down if packed.shared_down is not None else dn
+    y = empty((n + T, H), h.dtype, h.device)
+    if out is None:
+        out = empty((T, H), h.dtype, h.device)
+    launch(
+        _down_packed_kernel,
+        (H // bh, max_blocks),
+        h,
+        dn.low,
+        dn.nib,
+        dn.base,
+        dn.escape_ptr,
+        dn.escape_row,
+        dn.escape_col,
+        dn.escape_val,
+        sp.low,
+        sp.nib,
+        sp.base,
+        sp.escape_ptr,
+        sp.escape_row,
+        sp.escape_col,
+        sp.escape_val,
+        sorted_pairs,
+        meta,
+        y,
+        n,
+        H,
+        inter,
+        E,
+        max_blocks,
+        BLOCK_M=block_m,
+        BLOCK_H=bh,
+        BLOCK_K=bk,
+        ESCAPES=int(cfg.get("ESCAPES", 16)),
+        DOT_PREC=dot_precision(h.dtype),
+        ASM=h.is_cuda,
+        num_warps=cfg.get("num_warps", 4),
+        num_stages=cfg.get("num_stages", 3),
+    )
+    return sum_rows(y, out, T, k_top, packed.shared_down is not None, add_out)
