@@ -40,6 +40,7 @@ from hyserve.kernels.moe.configs import get_plan
 from hyserve.kernels.qk_norm_rope import triton_kernel as qk_rope
 from hyserve.kernels.rmsnorm import triton_kernel as rmsnorm
 from hyserve.kernels.routed_projection import triton_kernel as routed
+from hyserve.kernels.routed_projection import triton_packed as routed_packed
 
 I32 = "*i32"
 
@@ -92,6 +93,12 @@ def main() -> None:
         build(routed._project_route_kernel, route_types, consts, out_plan.get("num_warps", 4), 1,
               label=f"routed out-projection m_split={split}", aligned=("H", "K", "E"),
               maxnreg=out_plan.get("maxnreg"), programs=(256 * split + 2048) // out_plan["BLOCK_N"])  # fmt: skip
+    rpk_types = dict(route_types, low_ptr="*u8", nib_ptr="*u8", base_ptr=I32, eptr_ptr=I32, erow_ptr=I32,
+                     ecol_ptr=I32, eval_ptr=F32)  # fmt: skip
+    for split in (1, 2):
+        consts = dict(BLOCK_K=1024, ESCAPES=16, M_SPLIT=split, EP=256, TOP_K=8, KP=8, ASM=True, USE_PDL=True)
+        build(routed_packed._project_route_packed_kernel, rpk_types, consts, 4, 1, aligned=("H", "K", "E"),
+              programs=256 * split + 2048, label=f"packed routed out-projection m_split={split}")  # fmt: skip
     plan = get_plan(1, 256, 2048, 512, 8, torch.bfloat16)
     router_types = {"x_ptr": BF, "nw_ptr": BF, "xn_ptr": BF, "eps": "fp32", "gw_ptr": BF, "scratch_ptr": F32,
                     "counter_ptr": I32, "ids_ptr": I32, "w_ptr": F32, "sorted_ptr": I32, "meta_ptr": I32}  # fmt: skip

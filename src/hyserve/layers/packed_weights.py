@@ -5,12 +5,12 @@ The format is lossless, so a packed copy changes no value: it only moves 0.75 of
 stays for everything else (prefill and larger batches through cuBLAS, the reference path), so the copies cost
 0.75 of their weights' bytes in memory.
 
-Packed here: each mixer's in-projection as the one-token step runs it (with the router's rows when the routed
-projections are on, ``RoutedProjections.w_in``; else the layer's own weight), any other ``Linear`` whose GEMV
-the packed table covers, and each MoE block's experts (gate_up and down, the shared expert folded in:
+Packed here: each mixer's in- and out-projection as the one-token step runs them (with the router's rows when
+the routed projections are on, ``RoutedProjections.w_in`` and ``w_out``: the routing out-projection's own packed
+kernel), any other ``Linear`` whose GEMV the packed table covers, and each MoE block's experts (gate_up and down, the shared expert folded in:
 ``kernels/moe/triton_pairs_packed.py``, for the few-token path). The experts' copies are the bulk: ~48 GB
 for Qwen3.6-35B-A3B next to its 64 GB of bf16 experts, which the prefill and larger batches keep reading.
-Not packed (yet): the routing out-projection (its own kernel) and the LM head (its greedy screen is int8).
+Not packed: the LM head (its greedy screen is int8).
 """
 
 from __future__ import annotations
@@ -49,6 +49,9 @@ def prepare_packed_weights(model: nn.Module) -> int:
         if routed.w_in.dtype == torch.bfloat16 and packed_gemv_plan(*routed.w_in.shape) is not None:
             routed.w_in_packed = pack_bf16(routed.w_in)
             total += routed.w_in_packed.nbytes
+        if routed.w_out.dtype == torch.bfloat16 and packed_gemv_plan(*routed.w_out.shape) is not None:
+            routed.w_out_packed = pack_bf16(routed.w_out)
+            total += routed.w_out_packed.nbytes
     for name, module in model.named_modules():
         # the LM head has its greedy screen; the shared expert's weights stream inside the MoE kernels
         skip = name.endswith("lm_head") or ".shared_expert" in name

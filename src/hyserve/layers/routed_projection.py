@@ -39,9 +39,8 @@ class RoutedProjections:
         in_proj.weight.data = self.w_in[:n_in]
         out_proj.weight.data = self.w_out[num_experts:]
         self.n_in, self.num_experts, self.top_k = n_in, num_experts, moe.top_k
-        self.w_in_packed = (
-            None  # w_in's 12-bit copy, if ``--pack-weights`` made one (layers/packed_weights.py)
-        )
+        # w_in's and w_out's 12-bit copies, if ``--pack-weights`` made them (layers/packed_weights.py)
+        self.w_in_packed = self.w_out_packed = None
         self._partial: torch.Tensor | None = None  # [1, E]: W_r' h0, from the in-projection
         self._routing: tuple[torch.Tensor, torch.Tensor] | None = None  # for the MoE block: ids, raw logits
         in_proj.fusion, out_proj.fusion, moe.routed = self.project_in, self.project_out, self
@@ -71,7 +70,9 @@ class RoutedProjections:
         partial, self._partial = self._partial, None
         if partial is None or norm is not None or residual is None:
             return None
-        self._routing = rp.project_out_route(a, self.w_out, residual, partial, self.top_k, self._plans()[1])
+        self._routing = rp.project_out_route(
+            a, self.w_out, residual, partial, self.top_k, self._plans()[1], self.w_out_packed
+        )
         return residual
 
     def take_routing(self) -> tuple[torch.Tensor, torch.Tensor] | None:

@@ -81,9 +81,11 @@ def project_out_route(
     partial: torch.Tensor,
     top_k: int,
     plan: dict | None,
+    packed: PackedBF16 | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """See ``project_out_route_reference``: a [T, Hv], weight [E + H, Hv], residual [T, H] (updated in place),
-    partial [T, E] -> (topk_ids [T, k] int32, their raw logits [T, k] fp32)."""
+    partial [T, E] -> (topk_ids [T, k] int32, their raw logits [T, k] fp32). ``packed``: the weight's 12-bit
+    copy, streamed instead where the packed table has a one-row plan whose tiles divide its column slices."""
     if (
         plan is not None
         and fast(a, weight, residual, partial)
@@ -91,10 +93,23 @@ def project_out_route(
         and residual.is_contiguous()
         and partial.stride(-1) == 1
     ):
+        packed_plan = packed_gemv_plan(*weight.shape) if packed is not None else None
+        if _packed_route_fits(packed_plan, a, weight.shape[1]):
+            from hyserve.kernels.routed_projection.triton_packed import project_out_route_packed
+
+            return project_out_route_packed(a, packed, residual, partial, top_k, packed_plan)
         from hyserve.kernels.routed_projection.triton_kernel import project_out_route_triton
 
         return project_out_route_triton(a, weight, residual, partial, top_k, plan)
     return project_out_route_reference(a, weight, residual, partial, top_k)
+
+
+def _packed_route_fits(plan: dict | None, a: torch.Tensor, k: int) -> bool:
+    """Whether the packed routing out-projection takes a [1, k] input under ``plan``: one row a program, BLOCK_K
+    dividing each of the M_SPLIT column slices, bf16 a loadable in 8-byte words."""
+    if plan is None or plan["BLOCK_N"] != 1 or a.dtype != torch.bfloat16 or a.data_ptr() % 8:
+        return False
+    return k % (int(plan.get("M_SPLIT", 1)) * plan["BLOCK_K"]) == 0 and plan["BLOCK_K"] % 8 == 0
 
 
 __all__ = [

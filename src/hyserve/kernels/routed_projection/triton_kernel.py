@@ -28,6 +28,32 @@ from hyserve.kernels.tickets import ticket_counters
 
 
 @triton.jit
+def _route_or_store(y, is_route, part, rn, nm, raw_ptr, counter_ptr, ids_ptr, top_ptr, h_ptr, n_route, E,
+                    EP: tl.constexpr, TOP_K: tl.constexpr, KP: tl.constexpr, M_SPLIT: tl.constexpr):  # fmt: skip
+    """A program's end, whatever its weights' format: y [BLOCK_N] fp32 its rows' sums. M's rows: the partial
+    logits stored, a ticket, and the last program's top-k; W_o's rows: h1 stored in place."""
+    if is_route:
+        tl.store(raw_ptr + part * E + rn, y, mask=nm)
+        tl.debug_barrier()  # every store of this program before its release
+        ticket = tl.atomic_add(counter_ptr, 1, sem="acq_rel", scope="gpu")
+        if ticket == n_route - 1:
+            logits, cols = row_logits(raw_ptr, E, EP, ROW_SPLIT)
+            for s in tl.static_range(1, M_SPLIT):  # slice order: the same sum every replay
+                logits += row_logits(raw_ptr + s * E, E, EP, ROW_SPLIT)[0]
+            if M_SPLIT > 1:  # the summed row, for the top-k's raw logits below (this CTA's own stores)
+                tl.store(raw_ptr + cols, logits, mask=cols < E)
+                tl.debug_barrier()
+            ids, _ = subrow_softmax_topk(logits, cols, E, EP, TOP_K, KP, 0)
+            kc = tl.arange(0, KP)
+            top = tl.load(raw_ptr + ids, mask=kc < TOP_K, other=0.0, cache_modifier=".cg")
+            tl.store(ids_ptr + kc, ids, mask=kc < TOP_K)
+            tl.store(top_ptr + kc, top, mask=kc < TOP_K)
+            tl.store(counter_ptr, 0)
+    else:
+        tl.store(h_ptr + (rn - E), y.to(h_ptr.dtype.element_ty), mask=nm)
+
+
+@triton.jit
 def _project_route_kernel(
     a_ptr,
     w_ptr,
@@ -90,25 +116,8 @@ def _project_route_kernel(
         y = tl.sum(acc, axis=0) + r  # [BLOCK_N] fp32
     else:
         y = tl.sum(tl.sum(acc, axis=2), axis=0) + r
-    if is_route:
-        tl.store(raw_ptr + part * E + rn, y, mask=nm)
-        tl.debug_barrier()  # every store of this program before its release
-        ticket = tl.atomic_add(counter_ptr, 1, sem="acq_rel", scope="gpu")
-        if ticket == n_route - 1:
-            logits, cols = row_logits(raw_ptr, E, EP, ROW_SPLIT)
-            for s in tl.static_range(1, M_SPLIT):  # slice order: the same sum every replay
-                logits += row_logits(raw_ptr + s * E, E, EP, ROW_SPLIT)[0]
-            if M_SPLIT > 1:  # the summed row, for the top-k's raw logits below (this CTA's own stores)
-                tl.store(raw_ptr + cols, logits, mask=cols < E)
-                tl.debug_barrier()
-            ids, _ = subrow_softmax_topk(logits, cols, E, EP, TOP_K, KP, 0)
-            kc = tl.arange(0, KP)
-            top = tl.load(raw_ptr + ids, mask=kc < TOP_K, other=0.0, cache_modifier=".cg")
-            tl.store(ids_ptr + kc, ids, mask=kc < TOP_K)
-            tl.store(top_ptr + kc, top, mask=kc < TOP_K)
-            tl.store(counter_ptr, 0)
-    else:
-        tl.store(h_ptr + (rn - E), y.to(h_ptr.dtype.element_ty), mask=nm)
+    _route_or_store(y, is_route, part, rn, nm, raw_ptr, counter_ptr, ids_ptr, top_ptr, h_ptr, n_route, E, EP, TOP_K, KP,
+                    M_SPLIT)  # fmt: skip
 
 
 def project_out_route_triton(
