@@ -1,4 +1,4 @@
-"""The few-token MoE gate_up (``triton_pairs.py``) over experts in the 12-bit bf16 format (``kernels/packed_bf16``).
+"""The few-token MoE kernels (``triton_pairs.py``) over experts in the 12-bit bf16 format (``kernels/packed_bf16``).
 
 At batch 1 the experts' gate_up streams 9 x 4 MB a layer (8 routed experts and the shared one) and is bound by
 those bytes; the packed copy holds the same values in 0.75 of them. One program column per (token, expert)
@@ -12,6 +12,10 @@ The routed experts are one packed matrix [E * 2I, H] (expert e's gate rows at e 
 the shared expert another [2I, H]. Options: NORM_X (x before the block's pre-norm, as ``gate_up_pairs``'s
 norm_weight: the routed projections' path) and L2PF (the first programs prefetch the shared expert's packed
 bytes into L2 before the PDL wait, ``kernels/l2_prefetch.py``).
+
+The down kernel takes one row of H a program across the k experts' down rows ([KP slots, groups] tiles, the h
+rows of the pairs in the same groups: no row is shared, so no broadcast tile) plus the shared expert's row,
+the ids and the first two tiles before the PDL wait. ``PackedExperts`` / ``pack_experts`` make a layer's copies.
 """
 
 from __future__ import annotations
@@ -42,7 +46,8 @@ from hyserve.kernels.pdl import wait_for_previous
 
 
 @triton.jit
-def _rows_escapes(eptr_ptr, erow_ptr, ecol_ptr, eval_ptr, base_ptr, row0, rows, x_row, nw_ptr, first, ESCAPES: tl.constexpr,
+def _rows_escapes(eptr_ptr, erow_ptr, ecol_ptr, eval_ptr, base_ptr, row0, rows, x_row, nw_ptr, first: tl.constexpr,
+                  ESCAPES: tl.constexpr,
                   NORM_X: tl.constexpr):  # fmt: skip
     """[BLOCK_I]: the escapes' corrections to x W^T for the rows row0 + [0, BLOCK_I) (rows [BLOCK_I], their
     ids; x times 1 + nw with NORM_X): the first ESCAPES entries (first=True: taken before the K loop, so their
