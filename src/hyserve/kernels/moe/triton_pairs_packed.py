@@ -47,8 +47,7 @@ from hyserve.kernels.pdl import wait_for_previous
 
 @triton.jit
 def _rows_escapes(eptr_ptr, erow_ptr, ecol_ptr, eval_ptr, base_ptr, row0, rows, x_row, nw_ptr, first: tl.constexpr,
-                  ESCAPES: tl.constexpr,
-                  NORM_X: tl.constexpr):  # fmt: skip
+                  ESCAPES: tl.constexpr, NORM_X: tl.constexpr):  # fmt: skip
     """[BLOCK_I]: the escapes' corrections to x W^T for the rows row0 + [0, BLOCK_I) (rows [BLOCK_I], their
     ids; x times 1 + nw with NORM_X): the first ESCAPES entries (first=True: taken before the K loop, so their
     loads overlap the weight stream), or all the others (first=False, after it: a loop, rarely entered)."""
