@@ -1,16 +1,15 @@
-"""``--pack-weights``: 12-bit copies of the weights that the batch-1 decode step streams through the GEMV (an
-optional feature; ``kernels/packed_bf16`` has the format, ``kernels/linear/triton_packed.py`` the kernel).
+"""``--pack-weights``: lossless 12-bit copies of the weights that decode steps stream (an optional feature;
+``kernels/packed_bf16`` has the format and the README of its kernels).
 
-The format is lossless, so a packed copy changes no value: it only moves 0.75 of the bytes. The bf16 weight
-stays for everything else (prefill and larger batches through cuBLAS, the reference path), so the copies cost
-0.75 of their weights' bytes in memory.
-
-Packed here: each mixer's in- and out-projection as the one-token step runs them (with the router's rows when
-the routed projections are on, ``RoutedProjections.w_in`` and ``w_out``: the routing out-projection's own packed
-kernel), any other ``Linear`` whose GEMV the packed table covers, and each MoE block's experts (gate_up and down, the shared expert folded in:
-``kernels/moe/triton_pairs_packed.py``, for the few-token path). The experts' copies are the bulk: ~48 GB
-for Qwen3.6-35B-A3B next to its 64 GB of bf16 experts, which the prefill and larger batches keep reading.
-Not packed: the LM head (its greedy screen is int8).
+A packed copy changes no value: it only moves 0.75 of the bytes. Packed here, and streamed by:
+- each mixer's in- and out-projection with the router's rows (``RoutedProjections.w_in``, ``w_out``): the packed
+  GEMV and the packed routing out-projection at one token;
+- any other ``Linear`` whose GEMV the packed table covers (a layer without the routed projections);
+- each MoE block's experts, the shared expert folded in (``kernels/moe/triton_pairs_packed.py``): the few-token
+  kernels, and the prefill's grouped gate_up and scatter down (``triton_grouped_packed.py``).
+The bf16 weights stay for the rest (cuBLAS projections of prefills and batches over a few tokens, the "reduce"
+down of batches of 5-128 tokens, the reference path), so the copies cost 0.75 of their weights' bytes in memory:
+~50 GB for Qwen3.6-35B-A3B, nearly all of it the experts. Not packed: the LM head (its greedy screen is int8).
 """
 
 from __future__ import annotations
