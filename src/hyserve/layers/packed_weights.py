@@ -1,5 +1,5 @@
 """``--pack-weights``: lossless 12-bit copies of the weights that decode steps stream (an optional feature;
-``kernels/packed_bf16`` has the format and the README of its kernels).
+``kernels/packed_bf16`` has the format, docs/kernels.md the kernels over it).
 
 A packed copy changes no value: it only moves 0.75 of the bytes. Packed here, and streamed by:
 - each mixer's in- and out-projection with the router's rows (``RoutedProjections.w_in``, ``w_out``): the packed
