@@ -161,11 +161,21 @@ def _gemv_kernel(
     if not REDUCE_EACH:
         acc = tl.sum(acc, axis=2)
         ss = tl.sum(ss, axis=1)
-    y = acc
+    _gemv_store(
+        acc, ss, r, y_ptr, rm, rn, omask, stride_ym, K, eps, pid * BLOCK_N, raw_from, HAS_NORM, HAS_RAW
+    )
+
+
+@triton.jit
+def _gemv_store(y, ss, r, y_ptr, rm, rn, omask, stride_ym, K, eps, row0, raw_from, HAS_NORM: tl.constexpr,
+                HAS_RAW: tl.constexpr):  # fmt: skip
+    """A GEMV program's end, whatever its weight's format: y [BLOCK_M, BLOCK_N] fp32 (x W^T of its rows), ss
+    [BLOCK_M] x's sums of squares -> ``[r +] y / rms`` (no rms in a raw program: first row row0 >= raw_from)
+    stored in y's dtype, one cast."""
     if HAS_NORM:
         rms = tl.sqrt(ss / K + eps)
         if HAS_RAW:
-            rms = tl.where(pid * BLOCK_N < raw_from, rms, 1.0)
+            rms = tl.where(row0 < raw_from, rms, 1.0)
         y = y / rms[:, None]
     y += r
     tl.store(

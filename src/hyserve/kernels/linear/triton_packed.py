@@ -23,7 +23,7 @@ import triton
 import triton.language as tl
 
 from hyserve.kernels.contracts import require
-from hyserve.kernels.linear.triton_kernel import _norm_mask, gemv_output
+from hyserve.kernels.linear.triton_kernel import _gemv_store, _norm_mask, gemv_output
 from hyserve.kernels.packed_bf16 import PackedBF16
 from hyserve.kernels.packed_bf16.triton_kernel import (
     advance_groups,
@@ -173,16 +173,7 @@ def _packed_gemv_kernel(
     if not REDUCE_EACH:
         acc = tl.sum(acc, axis=2)
         ss = tl.sum(ss, axis=1)
-    y = acc + esc
-    if HAS_NORM:
-        rms = tl.sqrt(ss / K + eps)
-        if HAS_RAW:
-            rms = tl.where(row0 < raw_from, rms, 1.0)
-        y = y / rms[:, None]
-    y += r
-    tl.store(
-        y_ptr + rm.to(tl.int64)[:, None] * stride_ym + rn[None, :], y.to(y_ptr.dtype.element_ty), mask=omask
-    )
+    _gemv_store(acc + esc, ss, r, y_ptr, rm, rn, omask, stride_ym, K, eps, row0, raw_from, HAS_NORM, HAS_RAW)
 
 
 def gemv_packed_triton(
@@ -219,13 +210,7 @@ def gemv_packed_triton(
     block_k = max(16, cfg["BLOCK_K"] // block_m)  # the same accumulator size for any M
     _packed_gemv_kernel[(triton.cdiv(n, cfg["BLOCK_N"]),)](
         x,
-        weight.low,
-        weight.nib,
-        weight.base,
-        weight.escape_ptr,
-        weight.escape_row,
-        weight.escape_col,
-        weight.escape_val,
+        *weight.operands,
         out,
         norm_weight if norm_weight is not None else x,
         residual if residual is not None else out,

@@ -54,6 +54,20 @@ class PackedBF16:
         return sum(t.numel() * t.element_size() for t in self.__dict__.values())
 
     @property
+    def operands(self) -> tuple[torch.Tensor, ...]:
+        """The kernels' operands, in the order their signatures take them: low, nib, base, and the escapes'
+        ptr, row, col, val."""
+        return (
+            self.low,
+            self.nib,
+            self.base,
+            self.escape_ptr,
+            self.escape_row,
+            self.escape_col,
+            self.escape_val,
+        )
+
+    @property
     def escapes(self) -> int:
         return self.escape_row.numel() - 1
 

@@ -161,8 +161,7 @@ def project_out_route_packed(
     top = torch.empty((1, top_k), dtype=torch.float32, device=dev)
     raw = torch.empty((split, E), dtype=torch.float32, device=dev)
     _project_route_packed_kernel[(split * E + H,)](
-        a, packed.low, packed.nib, packed.base, packed.escape_ptr, packed.escape_row, packed.escape_col,
-        packed.escape_val, residual, partial, raw, ticket_counters("routed projection", dev, 1), ids, top, H, K, E,
+        a, *packed.operands, residual, partial, raw, ticket_counters("routed projection", dev, 1), ids, top, H, K, E,
         BLOCK_K=bk, ESCAPES=int(cfg.get("ESCAPES", 16)), M_SPLIT=split, EP=triton.next_power_of_2(E), TOP_K=top_k,
         KP=triton.next_power_of_2(top_k), ASM=a.is_cuda, num_warps=cfg.get("num_warps", 4),
         **({"maxnreg": cfg["maxnreg"]} if cfg.get("maxnreg") else {}), **launch_options(a),
