@@ -20,6 +20,8 @@
 #          same tree): the in-projections' and the experts' time added to the step, and the replay.
 #   PART=7 (~6 min): the HTTP table with --pack-weights (serve_bench.sh; the start-up includes the packing).
 #   PART=8 (~4 min): `hyserve verify` with --pack-weights (the same values: it must pass as without).
+#   PART=9 (~9 min): the packed kernels' tiles tuned on the batch-1 step (tune_step.py --groups packed); what wins
+#          is in $OUT/packed (gemv_packed.json, packed_pairs.json): copy in, then PART=7 and PART=8 again.
 # Carry .whl (and .base for PART=2).
 set -u
 source "$(dirname "$0")/common.sh"
@@ -59,5 +61,7 @@ case "${PART:-1}" in
     TAILN=8 run verify 400 python3 -m hyserve verify --model $M --load-format dummy --kv-cache-memory-gb 4 \
       --max-num-seqs 8 --max-model-len 4096 --paths fast --pack-weights
     ;;
-  *) echo "PART must be 1 to 8" && exit 2 ;;
+  9) NAME=packed BATCH=1 KNOBS=packed PASSES=1 REPLAYS=200 LIMIT=540 EXTRA=--pack-weights \
+       bash scripts/device/tune_step.sh ;;
+  *) echo "PART must be 1 to 9" && exit 2 ;;
 esac
