@@ -40,6 +40,30 @@ def _resources(cubin: bytes) -> str:
     return " ".join(p for p in line.split() if p.split(":")[0] in ("REG", "STACK", "SHARED"))
 
 
+def _loop_sass(cubin: bytes) -> str:
+    """``loop=N`` (the largest loop body's SASS instruction count) and its integer / fp32 / load counts, from
+    ``nvdisasm``: the per-iteration cost of a streaming kernel (``HYSERVE_AOT_SASS=1``)."""
+    tool = os.path.join(os.path.dirname(triton.__file__), "backends/nvidia/bin/nvdisasm")
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+        f.write(cubin)
+        f.flush()
+        lines = subprocess.run([tool, "-c", f.name], capture_output=True, text=True).stdout.splitlines()
+    labels = {m.group(1): i for i, x in enumerate(lines) if (m := re.match(r"\s*\.(L_x_\d+):", x))}
+    best: list[str] = []
+    for i, x in enumerate(lines):  # a branch back to an earlier label closes a loop
+        m = re.search(r"BRA\s+`\(\.(L_x_\d+)\)", x)
+        if m and labels.get(m.group(1), i) < i:
+            ops = [
+                o
+                for y in lines[labels[m.group(1)] : i + 1]
+                for o in re.findall(r"\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_]*)", y)
+            ]
+            best = max(best, ops, key=len)
+    kind = lambda pre: sum(o.startswith(pre) for o in best)  # noqa: E731
+    ints = sum(kind(p) for p in ("IMAD", "IADD", "LOP", "SHF", "PRMT", "LEA", "ISETP", "SGXT", "VIADD"))
+    return f"loop={len(best)} int={ints} fp={kind('FFMA') + kind('FMUL') + kind('FADD')} ldg={kind('LDG')}"
+
+
 FAILED: list[str] = []  # labels of the builds that did not compile (``main`` exits 1 if any)
 
 
@@ -86,6 +110,8 @@ def build(
         return
     wgmma = k.asm["ttgir"].count("warp_group_dot")
     res = _resources(k.asm["cubin"])
+    if os.environ.get("HYSERVE_AOT_SASS") == "1":
+        res += "  " + _loop_sass(k.asm["cubin"])
     fit = ""
     if programs:
         regs = int(next((p.split(":")[1] for p in res.split() if p.startswith("REG:")), "0"))
