@@ -150,7 +150,7 @@ def knobs(groups: set[str], state: dict, batch: int = 1, only: tuple[str, ...] =
                     tuple(
                         {"BLOCK_N": 1, "BLOCK_K": 256 * w, "num_warps": w, "max_rows": 1, **split, **extra}
                         for w in (2, 4, 8)
-                        for extra in ({}, {"M_SPLIT": 1} if split else {"ESCAPES": 8})
+                        for extra in ({}, {"M_SPLIT": 1} if split else {"UNROLL": 2})
                     ),
                 )
             )

@@ -54,7 +54,10 @@ def packed_configs() -> list[dict]:
     memory (for the comparison); ESCAPES 8 and 16."""
     out = [{"BLOCK_N": 1, "BLOCK_K": 256 * w, "num_warps": w} for w in (2, 4, 8)]
     out += [{"BLOCK_N": 2, "BLOCK_K": 1024, "num_warps": 8}, {"BLOCK_N": 4, "BLOCK_K": 256, "num_warps": 4}]
-    return out + [{"BLOCK_N": 1, "BLOCK_K": 1024, "num_warps": 4, "ESCAPES": 8}]
+    return out + [
+        {"BLOCK_N": 1, "BLOCK_K": 1024, "num_warps": 4, "ESCAPES": 8},
+        {"BLOCK_N": 1, "BLOCK_K": 1024, "num_warps": 4, "UNROLL": 2},
+    ]
 
 
 def bench_shape(n: int, k: int, rows: int, cands: list[dict]) -> tuple[list[dict], dict | str]:

@@ -105,6 +105,7 @@ def _packed_gemv_kernel(
     REDUCE_EACH: tl.constexpr,
     HAS_RAW: tl.constexpr,
     ASM: tl.constexpr,
+    UNROLL: tl.constexpr,
     USE_PDL: tl.constexpr,
 ):
     """``_gemv_kernel`` without TMA, W in the 12-bit format (``low``, ``nib``, ``base`` and the escapes of
@@ -151,7 +152,7 @@ def _packed_gemv_kernel(
     else:
         acc = tl.zeros((BLOCK_M, BLOCK_N, BG), dtype=tl.float32)
         ss = tl.zeros((BLOCK_M, BG), dtype=tl.float32)
-    for k0 in range(0, K, BLOCK_K):
+    for k0 in tl.range(0, K, BLOCK_K, loop_unroll_factor=UNROLL):
         ahead = _tile_mask(nm, gg, k0 + 2 * BLOCK_K, K)
         nib_ahead = tl.load(nib_ptrs + 2 * BG, mask=ahead, other=0)
         low_ahead = tl.load(low_ptrs + 2 * BG, mask=ahead, other=0)
@@ -190,7 +191,9 @@ def gemv_packed_triton(
     """``gemv_triton`` (same arguments, same result up to the fp32 order of the sum) with W [N, K] a
     ``PackedBF16``. cfg: BLOCK_N, BLOCK_K (a multiple of 8), num_warps, REDUCE_EACH, maxnreg as there (no BCAST_X: x always
     loads in the product's layout; no
-    TMA), ESCAPES (optional, a power of two, default 16: the escape entries a program loads at once)."""
+    TMA), ESCAPES (optional, a power of two, default 16: the escape entries a program loads at once), UNROLL
+    (optional: the K loop unrolled that many times; 2 takes the loop from 69 to 56 instructions an 8-element
+    group in the sm_90 build, for more registers)."""
     n, k = weight.shape
     require(x.shape[1] == k, "gemv_packed_triton: x's row length must be the packed weight's K")
     require(
@@ -232,6 +235,7 @@ def gemv_packed_triton(
         REDUCE_EACH=bool(cfg.get("REDUCE_EACH", False)),
         HAS_RAW=raw_from is not None,
         ASM=x.is_cuda,
+        UNROLL=int(cfg.get("UNROLL", 1)),
         num_warps=cfg.get("num_warps", 4),
         **({"maxnreg": cfg["maxnreg"]} if cfg.get("maxnreg") else {}),
         **launch_options(x),
