@@ -76,14 +76,16 @@ def main() -> None:
                   label=f"gemv {shape} norm={norm} res={res} reduce_each={red} tma={tma} bcast_x={bx} raw={raw}")  # fmt: skip
     packed_types = dict(gemv_types, low_ptr="*u8", nib_ptr="*u8", base_ptr=I32, eptr_ptr=I32, erow_ptr=I32,
                         ecol_ptr=I32, eval_ptr=F32)  # fmt: skip
-    for shape, bk, warps, unroll in (("12608x2048", 1024, 4, 1), ("12608x2048", 1024, 4, 2), ("2304x4096", 1024, 4, 1),
-                                     ("2304x4096", 2048, 8, 1)):  # fmt: skip
+    # one row a program (unrolled or not), and 4 rows a program on 128 groups (a row's x shared in registers)
+    for shape, bn, bk, warps, unroll in (("12608x2048", 1, 1024, 4, 1), ("12608x2048", 1, 1024, 4, 2),
+                                         ("12608x2048", 4, 1024, 4, 1), ("2304x4096", 1, 1024, 4, 1),
+                                         ("2304x4096", 1, 2048, 8, 1)):  # fmt: skip
         for norm, res, raw in ((0, 0, 0), (1, 0, 0), (0, 1, 0), (1, 0, 1)):
-            consts = dict(BLOCK_M=1, BLOCK_N=1, BLOCK_K=bk, ESCAPES=16, EVEN_K=True, HAS_NORM=norm, HAS_RES=res,
+            consts = dict(BLOCK_M=1, BLOCK_N=bn, BLOCK_K=bk, ESCAPES=16, EVEN_K=True, HAS_NORM=norm, HAS_RES=res,
                           REDUCE_EACH=0, HAS_RAW=raw, ASM=True, UNROLL=unroll, USE_PDL=True)  # fmt: skip
             build(gemv_packed._packed_gemv_kernel, packed_types, consts, warps, 1, aligned=("N", "K"),
-                  programs=int(shape.split("x")[0]),
-                  label=f"packed gemv {shape} block_k={bk} unroll={unroll} norm={norm} res={res} raw={raw}")  # fmt: skip
+                  programs=int(shape.split("x")[0]) // bn,
+                  label=f"packed gemv {shape} block_n={bn} block_k={bk} unroll={unroll} norm={norm} res={res} raw={raw}")  # fmt: skip
     out_plan = _plans().get("2304x4096") or _plans()["2048x4096"]
     route_types = {"a_ptr": BF, "w_ptr": BF, "h_ptr": BF, "part_ptr": BF, "raw_ptr": F32, "counter_ptr": I32,
                    "ids_ptr": I32, "top_ptr": F32}  # fmt: skip

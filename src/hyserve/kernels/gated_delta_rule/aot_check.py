@@ -41,8 +41,8 @@ def _resources(cubin: bytes) -> str:
 
 
 def _loop_sass(cubin: bytes) -> str:
-    """``loop=N`` (the largest loop body's SASS instruction count) and its integer / fp32 / load counts, from
-    ``nvdisasm``: the per-iteration cost of a streaming kernel (``HYSERVE_AOT_SASS=1``)."""
+    """``loop=N`` (the largest loop body's SASS instruction count) and its integer, fp32, global and shared load
+    and barrier counts, from ``nvdisasm``: the per-iteration cost of a streaming kernel (``HYSERVE_AOT_SASS=1``)."""
     tool = os.path.join(os.path.dirname(triton.__file__), "backends/nvidia/bin/nvdisasm")
     with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
         f.write(cubin)
@@ -61,7 +61,8 @@ def _loop_sass(cubin: bytes) -> str:
             best = max(best, ops, key=len)
     kind = lambda pre: sum(o.startswith(pre) for o in best)  # noqa: E731
     ints = sum(kind(p) for p in ("IMAD", "IADD", "LOP", "SHF", "PRMT", "LEA", "ISETP", "SGXT", "VIADD"))
-    return f"loop={len(best)} int={ints} fp={kind('FFMA') + kind('FMUL') + kind('FADD')} ldg={kind('LDG')}"
+    fp = kind("FFMA") + kind("FMUL") + kind("FADD")
+    return f"loop={len(best)} int={ints} fp={fp} ldg={kind('LDG')} lds={kind('LDS')} bar={kind('BAR')}"
 
 
 FAILED: list[str] = []  # labels of the builds that did not compile (``main`` exits 1 if any)

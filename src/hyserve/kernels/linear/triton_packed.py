@@ -48,25 +48,25 @@ def _packed_tile(
 ):  # fmt: skip
     """``_gemv_tile`` of ``triton_kernel.py`` for one decoded tile w (8 x [BLOCK_N, G] fp32): acc [BLOCK_M,
     BLOCK_N, G] and ss [BLOCK_M, G] (REDUCE_EACH: [BLOCK_M, BLOCK_N] and [BLOCK_M]) += the products with x (and
-    x's squares), x at x_ptrs and the norm weight at g_ptrs (``_group_ptrs``, [BLOCK_M, BLOCK_N, G] and
-    [1, BLOCK_N, G])."""
+    x's squares), x at x_ptrs [BLOCK_M, G] and the norm weight at g_ptrs [1, G] (``group_ptrs``). x, its squares
+    and its norm weight's multiply are taken once for the BLOCK_N rows, which a thread holds in registers when
+    the tile's G = 32 x num_warps groups take every thread."""
     x = group_values(x_ptrs, xmask)
     if HAS_NORM:
         nw = group_values(g_ptrs, gmask)
         sq = x[0] * x[0]
-        prod = x[0] * (1.0 + nw[0]) * w[0][None, :, :]
+        prod = (x[0] * (1.0 + nw[0]))[:, None, :] * w[0][None, :, :]
         for e in tl.static_range(1, 8):
             sq += x[e] * x[e]
-            prod += x[e] * (1.0 + nw[e]) * w[e][None, :, :]
-        sq = tl.max(sq, axis=1)  # the copies along n are equal: their max is the sum itself
+            prod += (x[e] * (1.0 + nw[e]))[:, None, :] * w[e][None, :, :]
         if REDUCE_EACH:
             ss += tl.sum(sq, axis=1)
         else:
             ss += sq
     else:
-        prod = x[0] * w[0][None, :, :]
+        prod = x[0][:, None, :] * w[0][None, :, :]
         for e in tl.static_range(1, 8):
-            prod += x[e] * w[e][None, :, :]
+            prod += x[e][:, None, :] * w[e][None, :, :]
     if REDUCE_EACH:
         acc += tl.sum(prod, axis=2)
     else:
@@ -120,15 +120,13 @@ def _packed_gemv_kernel(
     nm = rn < N
     gg = tl.arange(0, BG)
     rows = rn.to(tl.int64)
-    zero = tl.zeros((1, BLOCK_N, 1), dtype=tl.int64)
     nib_ptrs = nib_ptr.to(tl.pointer_type(tl.uint32)) + rows[:, None] * (K // 8) + gg[None, :]
     low_ptrs = low_ptr.to(tl.pointer_type(tl.uint64)) + rows[:, None] * (K // 8) + gg[None, :]
-    x_ptrs = group_ptrs(
-        x_ptr, rm.to(tl.int64)[:, None, None] * (stride_xm // 2) + zero + 4 * gg[None, None, :]
-    )
-    g_ptrs = group_ptrs(g_ptr, zero + 4 * gg[None, None, :])
-    xmask = mm[:, None, None] & (zero == 0)
-    gmask = _norm_mask(zero + gg[None, None, :], zero == 0, row0, raw_from, HAS_RAW)
+    x_ptrs = group_ptrs(x_ptr, rm.to(tl.int64)[:, None] * (stride_xm // 2) + 4 * gg[None, :].to(tl.int64))
+    g_ptrs = group_ptrs(g_ptr, 4 * gg[None, :].to(tl.int64))
+    every = (gg >= 0)[None, :]
+    xmask = mm[:, None] & every
+    gmask = _norm_mask(gg[None, :], every, row0, raw_from, HAS_RAW)
     # no kernel writes the weight: its first two tiles, the rows' windows and escapes load before the PDL
     # wait; from then on each step requests the tile two ahead of the one it multiplies
     base4 = tl.load(base_ptr + rn, mask=nm, other=0).to(tl.uint32)[:, None] * 0x01010101
@@ -157,9 +155,9 @@ def _packed_gemv_kernel(
         nib_ahead = tl.load(nib_ptrs + 2 * BG, mask=ahead, other=0)
         low_ahead = tl.load(low_ptrs + 2 * BG, mask=ahead, other=0)
         if not EVEN_K:
-            gm = (k0 // 8 + gg < K // 8)[None, None, :]
-            xmask = mm[:, None, None] & gm
-            gmask = _norm_mask(zero + gg[None, None, :], gm, row0, raw_from, HAS_RAW)
+            gm = (k0 // 8 + gg < K // 8)[None, :]
+            xmask = mm[:, None] & gm
+            gmask = _norm_mask(gg[None, :], gm, row0, raw_from, HAS_RAW)
         w = decode_group(nib, low.to(tl.uint32), (low >> 32).to(tl.uint32), base4, ASM)
         acc, ss = _packed_tile(acc, ss, w, x_ptrs, g_ptrs, xmask, gmask, HAS_NORM, REDUCE_EACH)
         nib, low, nib_next, low_next = nib_next, low_next, nib_ahead, low_ahead

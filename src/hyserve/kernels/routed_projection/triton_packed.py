@@ -77,8 +77,7 @@ def _project_route_packed_kernel(
     rows = rn.to(tl.int64)
     nib_ptrs = nib_ptr.to(tl.pointer_type(tl.uint32)) + rows[:, None] * (K // 8) + (k_lo // 8 + gg)[None, :]
     low_ptrs = low_ptr.to(tl.pointer_type(tl.uint64)) + rows[:, None] * (K // 8) + (k_lo // 8 + gg)[None, :]
-    zero = tl.zeros((1, 1, 1), dtype=tl.int64)
-    x_ptrs = group_ptrs(a_ptr, zero + k_lo // 2 + 4 * gg[None, None, :])
+    x_ptrs = group_ptrs(a_ptr, (k_lo // 2 + 4 * gg)[None, :].to(tl.int64))
     wmask = nm[:, None] & (gg >= 0)[None, :]
     # no kernel writes the weight: the first two tiles, the row's window and escapes load before the PDL wait
     base4 = tl.load(base_ptr + rn, mask=nm, other=0).to(tl.uint32)[:, None] * 0x01010101
@@ -107,16 +106,13 @@ def _project_route_packed_kernel(
         nib_ahead = tl.load(nib_ptrs + 2 * BG, mask=ahead, other=0)
         low_ahead = tl.load(low_ptrs + 2 * BG, mask=ahead, other=0)
         w = decode_group(nib, low.to(tl.uint32), (low >> 32).to(tl.uint32), base4, ASM)
-        acc, ss = _packed_tile(
-            acc, ss, w, x_ptrs, x_ptrs, one[:, None, None], one[:, None, None], False, False
-        )
+        acc, ss = _packed_tile(acc, ss, w, x_ptrs, x_ptrs, one[:, None], one[:, None], False, False)
         nib, low, nib_next, low_next = nib_next, low_next, nib_ahead, low_ahead
         nib_ptrs += BG
         low_ptrs += BG
         x_ptrs = advance_groups(x_ptrs, BLOCK_K)
-    for p0 in range(
-        p_start + ESCAPES, p_end, ESCAPES
-    ):  # a row with more escapes than one load of them (rare)
+    # a row with more escapes than one load of them (rare)
+    for p0 in range(p_start + ESCAPES, p_end, ESCAPES):
         erow, ecol, delta = _slice_escapes(
             erow_ptr, ecol_ptr, eval_ptr, base_ptr, p0, p_end, k_lo, k_hi, ESCAPES
         )
