@@ -84,3 +84,10 @@ def test_flag():
     add_engine_arguments(parser)
     assert not engine_args_from(parser.parse_args([])).pack_weights
     assert engine_args_from(parser.parse_args(["--pack-weights"])).pack_weights
+
+
+def test_nothing_to_pack_in_other_dtypes(checkpoint):
+    """The format holds bf16 values only: an fp32 model keeps its weights as they are."""
+    llm = LLM(str(checkpoint), device="cpu", dtype="float32", progress=False, max_model_len=32)
+    assert prepare_packed_weights(llm.engine.model) == 0
+    assert all(getattr(m, "packed", None) is None for m in llm.engine.model.modules())
