@@ -56,13 +56,19 @@ def _packed_tiles() -> dict | None:
     return json.loads(PACKED_PLAN_PATH.read_text()) if PACKED_PLAN_PATH.exists() else None
 
 
+def _packed_tables(packed: PackedExperts | None, x: torch.Tensor, fuse_shared: bool) -> dict | None:
+    """The packed kernels' tiles if any kernel can take this call: packed experts with their shared expert
+    folded in exactly when the bf16 path folds it, and bf16 x."""
+    if packed is None or x.dtype != torch.bfloat16 or (packed.shared_gate_up is not None) != fuse_shared:
+        return None
+    return _packed_tiles()
+
+
 def _grouped_packed(packed: PackedExperts | None, x: torch.Tensor, fuse_shared: bool, plan: dict) -> bool:
-    """Whether the grouped kernels take the packed experts: as ``_packed_plan``, the table's ``grouped`` on, the
+    """Whether the grouped kernels take the packed experts: ``_packed_tables``, its ``grouped`` on, the
     tensor-core paths (block_m >= 16) with tiles that fit the format (the scatter down's too where it runs)."""
-    tiles = _packed_tiles()
-    if packed is None or tiles is None or not tiles.get("grouped"):
-        return False
-    if x.dtype != torch.bfloat16 or (packed.shared_gate_up is not None) != fuse_shared:
+    tiles = _packed_tables(packed, x, fuse_shared)
+    if tiles is None or not tiles.get("grouped"):
         return False
     H, inter, gu, dn = x.shape[1], packed.inter, plan["gate_up"], plan["down"]
     fits_gu = H % gu["BLOCK_K"] == 0 and gu["BLOCK_K"] % 8 == 0 and inter % gu["BLOCK_I"] == 0
@@ -73,11 +79,9 @@ def _grouped_packed(packed: PackedExperts | None, x: torch.Tensor, fuse_shared: 
 
 
 def _packed_plan(packed: PackedExperts | None, x: torch.Tensor, fuse_shared: bool) -> dict | None:
-    """The packed kernels' tiles where they take this call: packed experts with their shared expert folded in
-    exactly when the bf16 path folds it, bf16 x the kernels can load in 8-byte words."""
-    if packed is None or x.dtype != torch.bfloat16 or (packed.shared_gate_up is not None) != fuse_shared:
-        return None
-    tiles = _packed_tiles()
+    """The few-token packed kernels' tiles where they take this call: ``_packed_tables``, x loadable in 8-byte
+    words, tiles that divide the shapes."""
+    tiles = _packed_tables(packed, x, fuse_shared)
     if tiles is None or x.data_ptr() % 8 or x.stride(0) % 4:
         return None
     gu, dn, H = tiles["gate_up"], tiles["down"], x.shape[1]

@@ -346,7 +346,8 @@ def _down_pairs_packed_kernel(
     [E * H, I]; KP slots, K_TOP used) and of the shared expert's [H, I], over I in [KP, BLOCK_I / 8 groups]
     tiles (one group a thread at KP * BLOCK_I = 256 x num_warps), against the pairs' h rows in the same groups:
     out[t, hh] = sum_j h[t*k + j] . W_down[e_j][hh] + h[T*k + t] . shared_down[hh] (+ out with ADD_OUT). The
-    ids (two launches back) and the first two tiles load before the PDL wait, h after it."""
+    ids (two launches back) and the first two tiles load before the PDL wait, h after it. The operands are
+    ``PackedBF16.operands`` twice; erow_ptr and s_erow_ptr go unused (a slot's escapes are all of one row)."""
     BG: tl.constexpr = BLOCK_I // 8
     hh = tl.program_id(0)
     t = tl.program_id(1)
