@@ -11,9 +11,11 @@ batched with a companion prompt of the padding's length (the same shapes: differ
 difference from the prompt prefilled alone is printed too (``alone``): cuBLAS and the MoE may pick other
 tiles at another token count, and the dummy model amplifies that bf16 rounding through 40 layers. A plain
 greedy request (no logprobs) through the graph takes the LM head's greedy screen instead of the logits: its
-token must be the graph's top-1 (``greedy``). Then the time to first token of both paths, with logprobs
-(median of ``--reps``). Exits non-zero when a chosen token differs or a difference beyond 0.1 nats shows up
-against the same-shape eager prefill.
+token must be the graph's top-1 (``greedy``). ``noise``: the larger difference between two runs of one path
+(graph, eager) on the same prompt, nonzero where a kernel's order of summation varies from run to run. Then
+the time to first token of both paths, with logprobs (median of ``--reps``). Exits non-zero when the greedy
+screen's token differs, when a difference beyond 0.1 nats (or twice the noise) shows up against the
+same-shape eager prefill, or when the top-1 differs from it on a path that repeats itself exactly.
 """
 
 from __future__ import annotations
@@ -80,15 +82,17 @@ def main() -> None:
     high = min(engine.config.vocab_size, 248044)
     ok = True
     print(
-        f"{'prompt':>6} {'bucket':>12} {'same top-1':>10} {'max |dlogp|':>11} {'alone':>7} {'greedy':>6} "
-        f"{'graph ms':>9} {'eager ms':>9}"
+        f"{'prompt':>6} {'bucket':>12} {'same top-1':>10} {'max |dlogp|':>11} {'alone':>7} {'noise':>7} "
+        f"{'greedy':>6} {'graph ms':>9} {'eager ms':>9}"
     )
     for n in [int(x) for x in ns.prompt_lens.split(",")]:
         prompt = torch.randint(0, high, (n,), generator=gen).tolist()
         times: dict[str, list[float]] = {"graph": [], "eager": []}
-        first = {}
+        first, again = {}, {}
         for path in ("graph", "eager", "graph", "eager"):  # alternate: no order effect on the timing
             engine.runner.prefill_graphs = graphs if path == "graph" else None
+            if path in first:
+                again[path] = first[path]
             _, first[path] = _first_token(engine, prompt, f"{path}-{n}")
             for i in range(ns.reps // 2 + 1):
                 times[path].append(_first_token(engine, prompt, f"{path}-{n}-{i}")[0])
@@ -102,12 +106,14 @@ def main() -> None:
         same = first["graph"][1][0][0] == same_shape[1][0][0]
         worst = _worst(first["graph"], same_shape)
         greedy = _greedy_token(engine, prompt, f"greedy-{n}") == first["graph"][1][0][0]
-        ok &= same and worst < 0.1 and greedy
+        # the same path twice: nonzero where a kernel's sum order varies run to run (atomics, split reductions)
+        noise = max(_worst(first[p], again[p]) for p in ("graph", "eager"))
+        ok &= greedy and worst < max(0.1, 2 * noise) and (same or noise > 0)
         where = f"{size} {'exact' if exact else 'padded'}" if size else "none (eager)"
         g_ms, e_ms = (statistics.median(times[p]) * 1e3 for p in ("graph", "eager"))
         alone = _worst(first["graph"], first["eager"])
         print(
-            f"{n:>6} {where:>12} {str(same):>10} {worst:11.4f} {alone:7.4f} {str(greedy):>6} {g_ms:9.2f} "
+            f"{n:>6} {where:>12} {str(same):>10} {worst:11.4f} {alone:7.4f} {noise:7.4f} {str(greedy):>6} {g_ms:9.2f} "
             f"{e_ms:9.2f}"
         )
     if not ok:

@@ -25,6 +25,61 @@ import os
 HIDDEN, EXPERTS, INTER, TOP_K = 2048, 256, 512, 8
 
 
+def launch_packed() -> None:
+    """The 12-bit packed copies' kernels (``--pack-weights``) at the same shapes: the GEMVs with their plan and
+    with the BLOCK_N 4 tile, then the pairs kernels over packed experts."""
+    import torch
+
+    os.environ["HYSERVE_PDL"] = "0"
+    from hyserve.kernels.linear import packed_gemv_plan
+    from hyserve.kernels.linear.triton_packed import gemv_packed_triton
+    from hyserve.kernels.moe.bench import make_layer, make_x
+    from hyserve.kernels.moe.configs import get_plan
+    from hyserve.kernels.moe.router import route_topk_fused
+    from hyserve.kernels.moe.triton_moe import _packed_tiles
+    from hyserve.kernels.moe.triton_pairs_packed import down_pairs_packed, gate_up_pairs_packed, pack_experts
+    from hyserve.kernels.packed_bf16 import pack_bf16
+
+    dev, bf = "cuda", torch.bfloat16
+    gen = torch.Generator(device=dev).manual_seed(0)
+
+    def rnd(*shape, scale=1.0):
+        return (torch.randn(*shape, device=dev, generator=gen) * scale).to(bf)
+
+    for n, k, kind in ((12352, 2048, "norm"), (9216, 2048, "norm"), (2048, 4096, "res")):
+        w = pack_bf16(rnd(n, k, scale=k**-0.5))
+        xin = rnd(1, k)
+        for cfg in (packed_gemv_plan(n, k), {"BLOCK_N": 4, "BLOCK_K": 256, "num_warps": 4}):
+            for _ in range(2):
+                if kind == "norm":
+                    gemv_packed_triton(xin, w, cfg, norm_weight=rnd(k, scale=0.1), norm_eps=1e-6)
+                else:
+                    gemv_packed_triton(xin, w, cfg, residual=rnd(1, n))
+    layer = make_layer()
+    pk = pack_experts(layer["w_gate_up"], layer["w_down"], layer["shared_gate_up"], layer["shared_down"])
+    tiles = _packed_tiles()
+    plan = get_plan(1, EXPERTS, HIDDEN, INTER, TOP_K, bf)
+    xr = make_x(1)
+    g = rnd(HIDDEN, scale=0.1)
+    for _ in range(2):
+        rt = route_topk_fused(xr, layer["gate_weight"], TOP_K, plan.get("router_be"), g, 1e-6)
+        sg = layer["shared_expert_gate"]
+        h = gate_up_pairs_packed(
+            rt.normed_x,
+            pk.gate_up,
+            pk.inter,
+            pk.shared_gate_up,
+            sg,
+            rt.topk_ids,
+            rt.topk_weights,
+            tiles["gate_up"],
+        )
+        down_pairs_packed(
+            h, pk.down, pk.shared_down, rt.topk_ids, tiles["down"], out=xr.clone(), add_out=True
+        )
+    torch.cuda.synchronize()
+
+
 def launch_all() -> None:
     import torch
 
@@ -96,7 +151,10 @@ def launch_all() -> None:
 
 
 STALL = "smsp__average_warps_issue_stalled_{}_per_issue_active.ratio"
-STALL_KINDS = ("long_scoreboard", "barrier", "membar", "wait", "lg_throttle", "short_scoreboard")
+STALL_KINDS = (
+    "long_scoreboard", "barrier", "membar", "wait", "lg_throttle", "short_scoreboard", "math_pipe_throttle",
+    "not_selected", "no_instruction",
+)  # fmt: skip
 METRICS = (
     ("gpu__time_duration.sum", "ns"),
     ("dram__throughput.avg.pct_of_peak_sustained_elapsed", "dram%"),
@@ -104,6 +162,7 @@ METRICS = (
     ("sm__maximum_warps_per_active_cycle_pct", "theo%"),
     ("launch__registers_per_thread", "regs"),
     ("launch__grid_size", "grid"),
+    ("smsp__issue_active.avg.pct_of_peak_sustained_active", "issue%"),
 ) + tuple((STALL.format(k), k) for k in STALL_KINDS)
 
 
@@ -115,7 +174,7 @@ def summarize(path: str) -> None:
     rows = list(csv.DictReader(lines))[1:]  # the first row under the header holds the units
     last: dict[str, dict[str, str]] = {}
     for r in sorted(rows, key=lambda r: int(r["ID"])):
-        last[r["Kernel Name"].split("(")[0]] = r
+        last[f"{r['Kernel Name'].split('(')[0]}/{r.get('launch__grid_size', '')}"] = r
     print(f"{'kernel':30s} " + " ".join(f"{label[:9]:>9s}" for _, label in METRICS))
     for name, r in last.items():
         vals = [r.get(metric, "-").replace(",", "") for metric, _ in METRICS]
@@ -126,11 +185,16 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--summarize", default=None, help="an ncu --csv --page raw file to condense")
     ap.add_argument("--metrics", action="store_true", help="print the metric list for ncu --metrics")
+    ap.add_argument(
+        "--packed", action="store_true", help="the packed copies' kernels instead (--pack-weights)"
+    )
     a = ap.parse_args()
     if a.metrics:
         print(",".join(m for m, _ in METRICS))
     elif a.summarize:
         summarize(a.summarize)
+    elif a.packed:
+        launch_packed()
     else:
         launch_all()
 

@@ -57,7 +57,8 @@ def add_engine_arguments(parser: argparse.ArgumentParser, model_required: bool =
         action="store_true",
         help="also keep the bf16 weights that few-token decode steps stream (the in-projections' GEMVs, the "
         "experts) in a lossless 12-bit format and stream that instead: the same values, 0.75 of the bytes, for "
-        "0.75 of their size in more memory (~50 GB for Qwen3.6-35B-A3B; layers/packed_weights.py)",
+        "0.75 of their size in more memory (~50 GB for Qwen3.6-35B-A3B; layers/packed_weights.py). Experimental: "
+        "not faster than the bf16 kernels on the H200 yet",
     )
     g.add_argument(
         "--no-warmup",

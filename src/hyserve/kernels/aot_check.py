@@ -31,7 +31,6 @@ from hyserve.kernels.moe import (
     router,
     triton_decode,
     triton_gate_up,
-    triton_grouped_packed,
     triton_pairs,
     triton_pairs_packed,
     triton_prefill,
@@ -165,23 +164,6 @@ def main() -> None:
                       USE_PDL=True)  # fmt: skip
         build(triton_pairs_packed._down_pairs_packed_kernel, pd_types, consts, warps, 1, aligned=("H", "I"),
               programs=2048, label=f"packed pairs down block_i={block_i}")  # fmt: skip
-    gp_types = {"x_ptr": BF, "low_ptr": "*u8", "nib_ptr": "*u8", "base_ptr": I32, "eptr_ptr": I32, "erow_ptr": I32,
-                "ecol_ptr": I32, "eval_ptr": F32, "s_low_ptr": "*u8", "s_nib_ptr": "*u8", "s_base_ptr": I32,
-                "s_eptr_ptr": I32, "s_erow_ptr": I32, "s_ecol_ptr": I32, "s_eval_ptr": F32, "sg_ptr": BF,
-                "topk_w_ptr": F32, "sorted_ptr": I32, "meta_ptr": I32, "h_ptr": BF}  # fmt: skip
-    for bm, bi, bk, warps, stages in ((64, 64, 64, 4, 3), (64, 64, 128, 4, 3), (16, 32, 256, 4, 4)):
-        consts = dict(K_TOP=8, BLOCK_M=bm, BLOCK_I=bi, BLOCK_K=bk, ESCAPES=16, HAS_SHARED_GATE=True, DOT_PREC="tf32",
-                      ASM=True, USE_PDL=True)  # fmt: skip
-        build(triton_grouped_packed._gate_up_packed_kernel, gp_types, consts, warps, stages, aligned=("H", "I"),
-              label=f"packed grouped gate_up block_m={bm} block_i={bi} block_k={bk}")  # fmt: skip
-    gd_types = {"h_ptr": BF, "low_ptr": "*u8", "nib_ptr": "*u8", "base_ptr": I32, "eptr_ptr": I32, "erow_ptr": I32,
-                "ecol_ptr": I32, "eval_ptr": F32, "s_low_ptr": "*u8", "s_nib_ptr": "*u8", "s_base_ptr": I32,
-                "s_eptr_ptr": I32, "s_erow_ptr": I32, "s_ecol_ptr": I32, "s_eval_ptr": F32, "sorted_ptr": I32,
-                "meta_ptr": I32, "y_ptr": BF}  # fmt: skip
-    for bm, bh, bk, warps in ((64, 128, 64, 4), (16, 64, 128, 4)):
-        consts = dict(BLOCK_M=bm, BLOCK_H=bh, BLOCK_K=bk, ESCAPES=16, DOT_PREC="tf32", ASM=True, USE_PDL=True)
-        build(triton_grouped_packed._down_packed_kernel, gd_types, consts, warps, 3, aligned=("H", "I"),
-              label=f"packed grouped down block_m={bm} block_h={bh} block_k={bk}")  # fmt: skip
     dn = plan["down"]
     dn_types = {"h_ptr": BF, "wd_ptr": BF, "swd_ptr": BF, "ids_ptr": I32, "out_ptr": BF}
     for red, pre, fl in options:

@@ -1,14 +1,15 @@
 """``--pack-weights``: lossless 12-bit copies of the weights that decode steps stream (an optional feature;
 ``kernels/packed_bf16`` has the format, docs/kernels.md the kernels over it).
 
-A packed copy changes no value: it only moves 0.75 of the bytes. Packed here, and streamed by:
+A packed copy changes no value: it only moves 0.75 of the bytes. On the H200 (2026-12-05, docs/performance.md)
+its kernels take as long as the bf16 ones or longer, being bound by the decode's instructions: off by default. Packed here, and streamed by:
 - each mixer's in- and out-projection with the router's rows (``RoutedProjections.w_in``, ``w_out``): the packed
   GEMV and the packed routing out-projection at one token;
 - any other ``Linear`` whose GEMV the packed table covers (a layer without the routed projections);
 - each MoE block's experts, the shared expert folded in (``kernels/moe/triton_pairs_packed.py``): the few-token
-  kernels, and the prefill's grouped gate_up and scatter down (``triton_grouped_packed.py``).
-The bf16 weights stay for the rest (cuBLAS projections of prefills and batches over a few tokens, the "reduce"
-down of batches of 5-128 tokens, the reference path), so the copies cost 0.75 of their weights' bytes in memory:
+  kernels (batches of up to 4 tokens).
+The bf16 weights stay for the rest (cuBLAS projections of prefills and batches over a few tokens, the grouped
+MoE kernels of prefills and larger batches, the reference path), so the copies cost 0.75 of their weights' bytes in memory:
 ~50 GB for Qwen3.6-35B-A3B, nearly all of it the experts. Not packed: the LM head (its greedy screen is int8).
 """
 

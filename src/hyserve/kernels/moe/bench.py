@@ -257,35 +257,6 @@ def pairs_times(top_k: int = 8) -> list[tuple[str, dict, float, float, float]]:
     return out
 
 
-def grouped_packed_times(T: int, top_k: int = 8) -> dict[str, float]:
-    """The grouped gate_up at T tokens with the committed plan's tiles: bf16 (as planned, TMA included) against
-    the packed experts (``triton_grouped_packed.py``, the same tiles without TMA): us, and the max |diff|."""
-    from hyserve.kernels.moe.configs import get_plan
-    from hyserve.kernels.moe.routing import route_and_align
-    from hyserve.kernels.moe.triton_gate_up import gate_up
-    from hyserve.kernels.moe.triton_grouped_packed import gate_up_packed
-    from hyserve.kernels.moe.triton_pairs_packed import pack_experts
-
-    lay = make_layer()
-    E, two_i, H = lay["w_gate_up"].shape
-    x = make_x(T, H)
-    plan = get_plan(T, E, H, two_i // 2, top_k, x.dtype)
-    rt = route_and_align(F.linear(x, lay["gate_weight"]), top_k, plan["block_m"], True, x.dtype)
-    routed = (rt.topk_weights, rt.sorted_pairs, rt.meta, rt.max_blocks, plan["block_m"])
-    packed = pack_experts(lay["w_gate_up"], lay["w_down"], lay["shared_gate_up"], lay["shared_down"])
-    tiles = {k: v for k, v in plan["gate_up"].items() if k != "TMA"}
-    sg = lay["shared_expert_gate"]
-    bf16 = lambda: gate_up(x, lay["w_gate_up"], lay["shared_gate_up"], sg, *routed, plan["gate_up"])  # noqa: E731
-    pk = lambda: gate_up_packed(x, packed, sg, *routed, tiles)  # noqa: E731
-    rows = T * top_k + T
-    diff = (bf16()[:rows].float() - pk()[:rows].float()).abs().max().item()
-    return {
-        "bf16_us": time_ms(bf16, graph=True) * 1e3,
-        "packed_us": time_ms(pk, graph=True) * 1e3,
-        "diff": diff,
-    }
-
-
 ROUTING_T = (8, 16, 24, 32, 48, 64)
 
 
@@ -401,20 +372,10 @@ def main() -> None:
     ap.add_argument("--breakdown", action="store_true")
     ap.add_argument("--routing", action="store_true", help="time the routing variants only (us, nan: wrong)")
     ap.add_argument("--pairs", action="store_true", help="time the T=1 pairs kernels' tile/stage variants")
-    ap.add_argument(
-        "--grouped-packed", action="store_true", help="the grouped gate_up, bf16 against packed, at --tokens"
-    )
     a = ap.parse_args()
     assert torch.cuda.is_available(), "the benchmark needs the GPU"
     if a.pairs:
         pairs_times()
-        return
-    if a.grouped_packed:
-        for T in map(int, a.tokens.split(",")):
-            print(
-                f"T={T:5d} " + "  ".join(f"{k} {v:.4g}" for k, v in grouped_packed_times(T).items()),
-                flush=True,
-            )
         return
     if a.routing:
         for T in (

@@ -41,7 +41,6 @@ from hyserve.kernels.moe.router import route_and_align_fused, route_topk_fused, 
 from hyserve.kernels.moe.routing import route_and_align, route_topk, small_routing
 from hyserve.kernels.moe.triton_decode import MAX_REDUCE_TOKENS, down_reduce
 from hyserve.kernels.moe.triton_gate_up import gate_up
-from hyserve.kernels.moe.triton_grouped_packed import down_scatter_sum_packed, gate_up_packed
 from hyserve.kernels.moe.triton_pairs import down_pairs, gate_up_pairs
 from hyserve.kernels.moe.triton_pairs_packed import PackedExperts, down_pairs_packed, gate_up_pairs_packed
 from hyserve.kernels.moe.triton_prefill import down_scatter_sum
@@ -56,32 +55,13 @@ def _packed_tiles() -> dict | None:
     return json.loads(PACKED_PLAN_PATH.read_text()) if PACKED_PLAN_PATH.exists() else None
 
 
-def _packed_tables(packed: PackedExperts | None, x: torch.Tensor, fuse_shared: bool) -> dict | None:
-    """The packed kernels' tiles if any kernel can take this call: packed experts with their shared expert
-    folded in exactly when the bf16 path folds it, and bf16 x."""
+def _packed_plan(packed: PackedExperts | None, x: torch.Tensor, fuse_shared: bool) -> dict | None:
+    """The few-token packed kernels' tiles where they take this call: packed experts with their shared expert
+    folded in exactly when the bf16 path folds it, bf16 x loadable in 8-byte words, tiles that divide the
+    shapes."""
     if packed is None or x.dtype != torch.bfloat16 or (packed.shared_gate_up is not None) != fuse_shared:
         return None
-    return _packed_tiles()
-
-
-def _grouped_packed(packed: PackedExperts | None, x: torch.Tensor, fuse_shared: bool, plan: dict) -> bool:
-    """Whether the grouped kernels take the packed experts: ``_packed_tables``, its ``grouped`` on, the
-    tensor-core paths (block_m >= 16) with tiles that fit the format (the scatter down's too where it runs)."""
-    tiles = _packed_tables(packed, x, fuse_shared)
-    if tiles is None or not tiles.get("grouped"):
-        return False
-    H, inter, gu, dn = x.shape[1], packed.inter, plan["gate_up"], plan["down"]
-    fits_gu = H % gu["BLOCK_K"] == 0 and gu["BLOCK_K"] % 8 == 0 and inter % gu["BLOCK_I"] == 0
-    fits_dn = (
-        H % dn.get("BLOCK_H", 1) == 0 and inter % dn.get("BLOCK_K", 8) == 0 and dn.get("BLOCK_K", 8) % 8 == 0
-    )
-    return plan["block_m"] >= 16 and fits_gu and fits_dn
-
-
-def _packed_plan(packed: PackedExperts | None, x: torch.Tensor, fuse_shared: bool) -> dict | None:
-    """The few-token packed kernels' tiles where they take this call: ``_packed_tables``, x loadable in 8-byte
-    words, tiles that divide the shapes."""
-    tiles = _packed_tables(packed, x, fuse_shared)
+    tiles = _packed_tiles()
     if tiles is None or x.data_ptr() % 8 or x.stride(0) % 4:
         return None
     gu, dn, H = tiles["gate_up"], tiles["down"], x.shape[1]
@@ -203,10 +183,8 @@ def fused_moe_triton(
         if pplan is None:
             res = down_pairs(h, w_down, sd, ids, plan["down"], out=target, add_out=add_out, **kw)
     else:
-        grouped_packed = packed if _grouped_packed(packed, x, fuse_shared, plan) else None
         res = _grouped(
-            x, gate_weight, w_gate_up, w_down, top_k, sgu, sd, sg, plan, force_large_routing, target, add_out,
-            grouped_packed,
+            x, gate_weight, w_gate_up, w_down, top_k, sgu, sd, sg, plan, force_large_routing, target, add_out
         )  # fmt: skip
     if not direct:  # a shared expert of another width: plain torch, added in fp32
         shared = F.linear(silu_and_mul_reference(F.linear(x, shared_gate_up)), shared_down)
@@ -232,10 +210,8 @@ def _grouped(
     force_large_routing: bool,
     out: torch.Tensor | None,
     add_out: bool,
-    packed: PackedExperts | None = None,
 ) -> torch.Tensor:
-    """Routing + grouping by expert, grouped gate_up (over ``packed`` experts when given), then the "reduce" or
-    "scatter" down kernels."""
+    """Routing + grouping by expert, grouped gate_up, then the "reduce" or "scatter" down kernels."""
     T, E = x.shape[0], gate_weight.shape[0]
     bm = plan["block_m"]
     reduce = plan["down_mode"] == "reduce" and T <= MAX_REDUCE_TOKENS
@@ -249,14 +225,7 @@ def _grouped(
         logits = F.linear(x, gate_weight)
         rt = route_and_align(logits, top_k, bm, with_shared, x.dtype, force_large=force_large_routing)
     routed = (rt.topk_weights, rt.sorted_pairs, rt.meta, rt.max_blocks, bm)
-    if packed is not None:
-        tiles = {k: v for k, v in plan["gate_up"].items() if k != "TMA"}
-        h = gate_up_packed(x, packed, shared_expert_gate, *routed, tiles)
-    else:
-        h = gate_up(x, w_gate_up, shared_gate_up, shared_expert_gate, *routed, plan["gate_up"])
-    if packed is not None and not reduce:
-        tiles = {k: v for k, v in plan["down"].items() if k not in ("TMA", "fused_sum")}
-        return down_scatter_sum_packed(h, packed, *routed[1:], T, top_k, tiles, out=out, add_out=add_out)
+    h = gate_up(x, w_gate_up, shared_gate_up, shared_expert_gate, *routed, plan["gate_up"])
     down = down_reduce if reduce else down_scatter_sum
     args = (h, w_down, shared_down, rt.sorted_pairs, rt.meta, rt.max_blocks, bm, T, top_k, plan["down"])
     return down(*args, out=out, add_out=add_out)
