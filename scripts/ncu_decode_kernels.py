@@ -10,9 +10,11 @@ launch, then the one to read) on fresh inputs, eagerly and without PDL, so each 
         python3 scripts/ncu_decode_kernels.py > ncu.csv
     python3 scripts/ncu_decode_kernels.py --summarize ncu.csv
 
-``--summarize`` prints, per kernel (the second launch of each), its duration, DRAM throughput (% of peak),
-achieved and theoretical occupancy, registers a thread, grid size, and warps stalled per issued instruction
-by reason (long_scoreboard: waiting on global memory; barrier, membar: CTA barriers and fences).
+``--packed`` launches the 12-bit packed copies' kernels (``--pack-weights``) instead. ``--summarize`` prints,
+per kernel and grid size (the second launch of each), its duration, DRAM throughput (% of peak), achieved and
+theoretical occupancy, registers a thread, grid size, the share of cycles a scheduler issued, and warps stalled
+per issued instruction by reason (long_scoreboard: waiting on global memory; barrier, membar: CTA barriers and
+fences; not_selected: ready while another warp issued, a sign of an instruction-bound kernel).
 ``scripts/device/ncu.sh`` runs both on the H200.
 """
 
@@ -23,6 +25,18 @@ import csv
 import os
 
 HIDDEN, EXPERTS, INTER, TOP_K = 2048, 256, 512, 8
+# the GEMVs of a step at batch 1: in_proj and attention qkv with the pre-norm, out_proj with the residual
+GEMVS = ((12352, 2048, "norm"), (9216, 2048, "norm"), (2048, 4096, "res"))
+
+
+def _random_bf16():
+    """rnd(*shape, scale=1.0): seeded Gaussian bf16 tensors on the GPU."""
+    import torch
+
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    return lambda *shape, scale=1.0: (torch.randn(*shape, device="cuda", generator=gen) * scale).to(
+        torch.bfloat16
+    )
 
 
 def launch_packed() -> None:
@@ -40,13 +54,8 @@ def launch_packed() -> None:
     from hyserve.kernels.moe.triton_pairs_packed import down_pairs_packed, gate_up_pairs_packed, pack_experts
     from hyserve.kernels.packed_bf16 import pack_bf16
 
-    dev, bf = "cuda", torch.bfloat16
-    gen = torch.Generator(device=dev).manual_seed(0)
-
-    def rnd(*shape, scale=1.0):
-        return (torch.randn(*shape, device=dev, generator=gen) * scale).to(bf)
-
-    for n, k, kind in ((12352, 2048, "norm"), (9216, 2048, "norm"), (2048, 4096, "res")):
+    rnd = _random_bf16()
+    for n, k, kind in GEMVS:
         w = pack_bf16(rnd(n, k, scale=k**-0.5))
         xin = rnd(1, k)
         for cfg in (packed_gemv_plan(n, k), {"BLOCK_N": 4, "BLOCK_K": 256, "num_warps": 4}):
@@ -58,7 +67,7 @@ def launch_packed() -> None:
     layer = make_layer()
     pk = pack_experts(layer["w_gate_up"], layer["w_down"], layer["shared_gate_up"], layer["shared_down"])
     tiles = _packed_tiles()
-    plan = get_plan(1, EXPERTS, HIDDEN, INTER, TOP_K, bf)
+    plan = get_plan(1, EXPERTS, HIDDEN, INTER, TOP_K, torch.bfloat16)
     xr = make_x(1)
     g = rnd(HIDDEN, scale=0.1)
     for _ in range(2):
@@ -96,13 +105,9 @@ def launch_all() -> None:
     from hyserve.kernels.qk_norm_rope import qk_norm_rope_store
 
     dev, bf = "cuda", torch.bfloat16
-    gen = torch.Generator(device=dev).manual_seed(0)
-
-    def rnd(*shape, scale=1.0):
-        return (torch.randn(*shape, device=dev, generator=gen) * scale).to(bf)
-
+    rnd = _random_bf16()
     g = rnd(HIDDEN, scale=0.1)
-    for n, k, kind in ((12352, 2048, "norm"), (9216, 2048, "norm"), (2048, 4096, "res")):
+    for n, k, kind in GEMVS:
         w = rnd(n, k, scale=k**-0.5)
         xin = rnd(1, k)
         for _ in range(2):
