@@ -4,18 +4,19 @@ usage: python scripts/check_prefill_graphs.py --model DIR --load-format dummy --
        [--prompt-lens 100,128,1000,1024,4096] [--reps 5]
 
 For each prompt length: one prompt prefilled alone, first token with its top-20 logprobs, through the graph
-(``runner.prefill_graphs``) and through the eager prefill (the same engine with the graphs set aside). A
-prompt whose length is a captured size replays exactly the eager kernels (difference 0 expected). A padded
-one runs every op at the bucket's token count, so it is compared with the eager prefill of the same prompt
-batched with a companion prompt of the padding's length (the same shapes: difference 0 expected); its
-difference from the prompt prefilled alone is printed too (``alone``): cuBLAS and the MoE may pick other
-tiles at another token count, and the dummy model amplifies that bf16 rounding through 40 layers. A plain
-greedy request (no logprobs) through the graph takes the LM head's greedy screen instead of the logits: its
-token must be the graph's top-1 (``greedy``). ``noise``: the larger difference between two runs of one path
-(graph, eager) on the same prompt, nonzero where a kernel's order of summation varies from run to run. Then
-the time to first token of both paths, with logprobs (median of ``--reps``). Exits non-zero when the greedy
-screen's token differs, when a difference beyond 0.1 nats (or twice the noise) shows up against the
-same-shape eager prefill, or when the top-1 differs from it on a path that repeats itself exactly.
+(``runner.prefill_graphs``) and through the eager prefill (the same engine with the graphs set aside). The two
+run the same kernels but for the prompt's causal attention: cuDNN in the graphs, flash eagerly
+(``kernels/attention/causal.py``), so they round differently, and the dummy model amplifies that through 40
+layers (0.2-0.5 nats on the H200, 2026-12-05; docs/performance.md). A padded prompt runs every op at the
+bucket's token count, so it is compared with the eager prefill of the same prompt batched with a companion
+prompt of the padding's length (the same shapes); its difference from the prompt prefilled alone is printed too
+(``alone``). ``noise``: the larger difference between two runs of one path (graph, eager) on the same prompt
+(0 on the H200: both are deterministic). A plain greedy request (no logprobs) through the graph takes the LM
+head's greedy screen instead of the logits: its token must be the graph's top-1 (``greedy``). Then the time to
+first token of both paths, with logprobs (median of ``--reps``). Exits non-zero when the greedy screen's token
+differs or a difference beyond ``--max-nats`` (1.0: twice the largest seen between the two attention backends)
+shows up against the same-shape eager prefill; a top-1 that differs is reported, not failed (the dummy
+model's top logits are near ties).
 """
 
 from __future__ import annotations
@@ -73,6 +74,9 @@ def main() -> None:
     add_engine_arguments(parser, model_required=True)
     parser.add_argument("--prompt-lens", default="100,128,1000,1024,4096")
     parser.add_argument("--reps", type=int, default=5)
+    parser.add_argument(
+        "--max-nats", type=float, default=1.0, help="the largest |logprob difference| allowed"
+    )
     ns = parser.parse_args()
     engine = LLM.from_engine_args(engine_args_from(ns)).engine
     graphs = engine.runner.prefill_graphs
@@ -106,9 +110,8 @@ def main() -> None:
         same = first["graph"][1][0][0] == same_shape[1][0][0]
         worst = _worst(first["graph"], same_shape)
         greedy = _greedy_token(engine, prompt, f"greedy-{n}") == first["graph"][1][0][0]
-        # the same path twice: nonzero where a kernel's sum order varies run to run (atomics, split reductions)
         noise = max(_worst(first[p], again[p]) for p in ("graph", "eager"))
-        ok &= greedy and worst < max(0.1, 2 * noise) and (same or noise > 0)
+        ok &= greedy and worst < ns.max_nats
         where = f"{size} {'exact' if exact else 'padded'}" if size else "none (eager)"
         g_ms, e_ms = (statistics.median(times[p]) * 1e3 for p in ("graph", "eager"))
         alone = _worst(first["graph"], first["eager"])
