@@ -8,6 +8,8 @@
 #          carried) against the tree, at LENS (128,1024): scripts/device/ab_prefill.sh. Expected ~-0.12 ms.
 #   PART=3 (~4 min): the batch-1 step's plan options (`scripts/tune_step.py --groups options`, SHARED_FIRST
 #          among them): what wins is in $OUT/options; copy its tables in, then verify_serve.sh.
+#   PART=4 (~2 min): scripts/probe_packed_dot_gemv.py as committed (its first form ran on 2026-12-05; this one
+#          joins its two copies): `check` on the GPU, then `bench`, to confirm that row of docs/performance.md.
 # The 12-bit packed kernels (`--pack-weights`) were timed on 2026-12-05 and are not faster (docs/performance.md):
 # `python3 -m hyserve.kernels.linear.bench --packed` and `python3 -m hyserve.kernels.moe.bench --pairs` are the
 # first gate for a new version of them. Carry .whl (and .base for PART=2).
@@ -21,5 +23,9 @@ case "${PART:-1}" in
     ;;
   2) LENS=${LENS:-128,1024} REPS=${REPS:-7} bash scripts/device/ab_prefill.sh ;;
   3) NAME=options BATCH=1 KNOBS=options PASSES=1 REPLAYS=200 LIMIT=500 bash scripts/device/tune_step.sh ;;
-  *) echo "PART must be 1 to 3" && exit 2 ;;
+  4)
+    TAILN=5 run probe_check 120 python3 scripts/probe_packed_dot_gemv.py check
+    TAILN=40 run probe_bench 240 python3 scripts/probe_packed_dot_gemv.py bench
+    ;;
+  *) echo "PART must be 1 to 4" && exit 2 ;;
 esac
