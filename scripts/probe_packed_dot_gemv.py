@@ -3,7 +3,7 @@
 The packed GEMV (``linear/triton_packed.py``) issues ~69 SASS instructions an 8-element group and Nsight
 Compute finds its schedulers busy 77-84% of cycles (docs/performance.md, "Lossless 12-bit weights"): bound by
 instructions, not bytes. Most of them widen the weights and x to fp32 for the FMAs. This probe skips the
-widening: the decode's byte permutes already yield bf16 pair words, which go to ``tl.dot`` as they are, with x
+widening: the decode's byte permutes already yield bf16 pair words (``pair_words``), which go to ``tl.dot`` as they are, with x
 (M <= 16 rows) padded to 16 rows; the pairs' element order within a group ([0, 2, 4, 6, 1, 3, 5, 7] after the
 tile's reshape) is matched by gathering x in that order. Two operand orders:
 
@@ -28,22 +28,7 @@ import triton
 import triton.language as tl
 
 from hyserve.kernels.packed_bf16 import PackedBF16, pack_bf16
-from hyserve.kernels.packed_bf16.triton_kernel import _permute, escape_entries, escape_sum
-
-
-@triton.jit
-def _pair_words(nib, low0, low1, base4, ASM: tl.constexpr):
-    """``decode_group`` stopped at its permutes: four words of two bf16 each, (w0, w2), (w1, w3), (w4, w6),
-    (w5, w7)."""
-    even = nib & 0x0F0F0F0F
-    odd = (nib >> 4) & 0x0F0F0F0F
-    h_even = even + base4 + (even & 0x08080808) * 15
-    h_odd = odd + base4 + (odd & 0x08080808) * 15
-    p0 = _permute(h_even, low0, 0x1604, ASM)
-    p1 = _permute(h_odd, low0, 0x1705, ASM)
-    p2 = _permute(h_even, low1, 0x3624, ASM)
-    p3 = _permute(h_odd, low1, 0x3725, ASM)
-    return p0, p1, p2, p3
+from hyserve.kernels.packed_bf16.triton_kernel import escape_entries, escape_sum, pair_words
 
 
 @triton.jit
@@ -89,7 +74,7 @@ def _dot_gemv(x_ptr, low_ptr, nib_ptr, base_ptr, eptr_ptr, erow_ptr, ecol_ptr, e
             xt = tl.where((xm == 0)[:, None], xv[None, :], 0.0).to(x_ptr.dtype.element_ty)
         else:
             xt = tl.load(x_rows + k0 + real[None, :], mask=mm[:, None], other=0.0)
-        p0, p1, p2, p3 = _pair_words(nib, low.to(tl.uint32), (low >> 32).to(tl.uint32), base4, ASM)
+        p0, p1, p2, p3 = pair_words(nib, low.to(tl.uint32), (low >> 32).to(tl.uint32), base4, ASM)
         words = tl.join(tl.join(p0, p1), tl.join(p2, p3))  # [BN, BG, 2, 2]: p0, p2, p1, p3 in the last axes
         if ASM:  # each word's two bf16 as they are
             lo = (words & 0xFFFF).to(tl.uint16).to(tl.bfloat16, bitcast=True)

@@ -50,19 +50,30 @@ def bf16_pair_halves(pair):
 
 
 @triton.jit
-def decode_group(nib, low0, low1, base4, ASM: tl.constexpr):
+def pair_words(nib, low0, low1, base4, ASM: tl.constexpr):
     """nib, low0, low1 uint32 [R, G] (a group's words), base4 uint32 [R, 1] (each row's window base in all four
-    bytes) -> its 8 elements w0..w7 fp32 [R, G] (an escape decodes to its stand-in v', which
-    ``escape_deltas`` corrects). high = code + base + 15 (code & 8) four bytes a word: no byte carries into
-    the next (code <= 15, base <= 120: at most 255)."""
+    bytes) -> four uint32 [R, G] words of two bf16 each: (w0, w2), (w1, w3), (w4, w6), (w5, w7), low half first
+    (an escape decodes to its stand-in v', which ``escape_deltas`` corrects). high = code + base + 15 (code & 8)
+    four bytes a word: no byte carries into the next (code <= 15, base <= 120: at most 255)."""
     even = nib & 0x0F0F0F0F  # codes of elements 0, 2, 4, 6
     odd = (nib >> 4) & 0x0F0F0F0F  # 1, 3, 5, 7
     h_even = even + base4 + (even & 0x08080808) * 15
     h_odd = odd + base4 + (odd & 0x08080808) * 15
-    w0, w2 = bf16_pair_halves(_permute(h_even, low0, 0x1604, ASM))  # [H2 L2 H0 L0]
-    w1, w3 = bf16_pair_halves(_permute(h_odd, low0, 0x1705, ASM))  # [H3 L3 H1 L1]
-    w4, w6 = bf16_pair_halves(_permute(h_even, low1, 0x3624, ASM))  # [H6 L6 H4 L4]
-    w5, w7 = bf16_pair_halves(_permute(h_odd, low1, 0x3725, ASM))  # [H7 L7 H5 L5]
+    p02 = _permute(h_even, low0, 0x1604, ASM)  # [H2 L2 H0 L0]
+    p13 = _permute(h_odd, low0, 0x1705, ASM)  # [H3 L3 H1 L1]
+    p46 = _permute(h_even, low1, 0x3624, ASM)  # [H6 L6 H4 L4]
+    p57 = _permute(h_odd, low1, 0x3725, ASM)  # [H7 L7 H5 L5]
+    return p02, p13, p46, p57
+
+
+@triton.jit
+def decode_group(nib, low0, low1, base4, ASM: tl.constexpr):
+    """``pair_words`` widened: the group's 8 elements w0..w7 fp32 [R, G]."""
+    p02, p13, p46, p57 = pair_words(nib, low0, low1, base4, ASM)
+    w0, w2 = bf16_pair_halves(p02)
+    w1, w3 = bf16_pair_halves(p13)
+    w4, w6 = bf16_pair_halves(p46)
+    w5, w7 = bf16_pair_halves(p57)
     return w0, w1, w2, w3, w4, w5, w6, w7
 
 
