@@ -92,6 +92,11 @@ def test_fresh_prompts_attend_over_their_own_rows(checkpoint, monkeypatch):
     assert rel_err(got, ref(torch.tensor([ids])).logits[0]) < REL_TOL
     last_rows_forward(llm, [ids[:9], ids[:5]], [True, True])
     assert calls == {"causal": layers, "paged": 4 * layers}
+    # a lone prompt that samples its last row: a last attention layer's one query reads the cache instead
+    last = int(hasattr(llm.engine.model.model.layers[-1], "self_attn"))
+    got = last_rows_forward(llm, [ids[:9]], [True])
+    assert calls == {"causal": 2 * layers - last, "paged": 4 * layers + last}
+    assert rel_err(got[0], ref(torch.tensor([ids[:9]])).logits[0, -1]) < REL_TOL
 
 
 def last_rows_forward(llm: LLM, prompts: list[list[int]], sampled: list[bool]) -> torch.Tensor:

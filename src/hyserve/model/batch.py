@@ -36,6 +36,14 @@ class ForwardBatch:
     def num_seqs(self) -> int:
         return self.seq_lens.shape[0]
 
+    def rows_as_queries(self, rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The rows [L] as L one-token queries over their sequences' KV caches, for ``paged_attention``:
+        (cu_seqlens_q [L+1] int32, seq_lens [L] int32: each row's position + 1, its causal context, block_tables
+        [L, max_blocks] int32: its sequence's). No host reads (CUDA-graph safe)."""
+        seq = torch.searchsorted(self.cu_seqlens_q[1:], rows.to(self.cu_seqlens_q.dtype), right=True)
+        cu = torch.arange(rows.shape[0] + 1, dtype=torch.int32, device=rows.device)
+        return cu, (self.positions[rows] + 1).to(torch.int32), self.block_tables[seq]
+
 
 @dataclass
 class ModelCache:

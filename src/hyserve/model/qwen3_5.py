@@ -79,8 +79,17 @@ class GatedDeltaNet(nn.Module):
         self.norm = GatedRMSNorm(self.head_v_dim, config.rms_norm_eps)
         self.out_proj = Linear(self.value_dim, hidden)
 
-    def forward(self, x: torch.Tensor, norm: RMSNorm, batch: ForwardBatch, cache: ModelCache) -> torch.Tensor:
-        """x [T, hidden], the residual stream: ``x += out_proj(DeltaNet(norm(x)))`` in place."""
+    def forward(
+        self,
+        x: torch.Tensor,
+        norm: RMSNorm,
+        batch: ForwardBatch,
+        cache: ModelCache,
+        rows: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """x [T, hidden], the residual stream: ``x += out_proj(DeltaNet(norm(x)))`` in place. With ``rows`` [L]
+        the state still takes every token, but only those rows go through the output norm and out_proj and come
+        out, ``x[rows] + ...`` [L, hidden]."""
         t = x.shape[0]
         # mixed_qkv [T, 2*key_dim + value_dim], z [T, value_dim], b and a [T, HV]
         mixed_qkv, z, b, a = self.in_proj(x, norm).split(self.proj_sizes, dim=-1)
@@ -119,8 +128,12 @@ class GatedDeltaNet(nn.Module):
         o = ops.gated_delta_rule_prefill(
             q, k, v, g, beta, ssm_state, batch.cu_seqlens_q, batch.state_indices, batch.has_initial_state
         )
-        o = self.norm(o, z)  # [T, HV, V]
-        return self.out_proj(o.reshape(t, self.value_dim), residual=x)
+        if rows is not None:
+            o, z, x = o[rows], z[rows], x[rows]
+            if x.shape[0] == 0:
+                return x
+        o = self.norm(o, z)  # [T or L, HV, V]
+        return self.out_proj(o.reshape(x.shape[0], self.value_dim), residual=x)
 
 
 class Attention(nn.Module):
@@ -153,16 +166,21 @@ class Attention(nn.Module):
         batch: ForwardBatch,
         cache: ModelCache,
         rope: tuple[torch.Tensor, torch.Tensor, torch.Tensor],
+        rows: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """x [T, hidden], the residual stream: ``x += o_proj(attention(norm(x)))`` in place; rope is
-        ``TextModel.rope``'s (cos table, sin table, positions)."""
+        ``TextModel.rope``'s (cos table, sin table, positions). With ``rows`` [L] every row's K/V is still
+        stored, but only those rows' queries attend (over the cache, like decode queries) and come out,
+        ``x[rows] + ...`` [L, hidden]."""
         t = x.shape[0]
         q_gate, k, v = self.qkv_proj(x, norm).split(self.proj_sizes, dim=-1)
         q, gate = q_gate.view(t, self.num_heads, 2 * self.head_dim).chunk(2, dim=-1)
         k = k.view(t, self.num_kv_heads, self.head_dim)
         v = v.view(t, self.num_kv_heads, self.head_dim)
         k_cache, v_cache = cache.kv[self.attention_index]
-        if batch.causal_rows:  # a prompt without a cached prefix attends over its own new rows alone
+        if (
+            batch.causal_rows and rows is None
+        ):  # a prompt without a cached prefix: over its own new rows alone
             q, k = ops.qk_norm_rope(
                 q, k, self.q_norm.weight, self.k_norm.weight, self.eps, *rope, self.rotary_dim
             )
@@ -183,17 +201,25 @@ class Attention(nn.Module):
             v_cache,
             batch.slot_mapping,
         )
+        if rows is None:
+            o = ops.paged_attention(
+                q,
+                k_cache,
+                v_cache,
+                batch.cu_seqlens_q,
+                batch.seq_lens,
+                batch.block_tables,
+                self.scale,
+                gate=gate,
+            )
+            return self.o_proj(o.reshape(t, -1), residual=x)
+        x = x[rows]
+        if x.shape[0] == 0:
+            return x
         o = ops.paged_attention(
-            q,
-            k_cache,
-            v_cache,
-            batch.cu_seqlens_q,
-            batch.seq_lens,
-            batch.block_tables,
-            self.scale,
-            gate=gate,
+            q[rows], k_cache, v_cache, *batch.rows_as_queries(rows), self.scale, gate=gate[rows]
         )
-        return self.o_proj(o.reshape(t, -1), residual=x)
+        return self.o_proj(o.reshape(x.shape[0], -1), residual=x)
 
 
 class MLP(nn.Module):
@@ -296,14 +322,12 @@ class DecoderLayer(nn.Module):
         rows: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """x [T, hidden]: the residual stream, updated in place and returned; with ``rows`` [L] only those
-        rows go on through the FFN and come out, [L, hidden]. The mixer always runs on all T rows: it writes
-        every token's KV entries or DeltaNet state."""
+        rows come out of the mixer and go on through the FFN, [L, hidden]. The mixer still takes all T rows in:
+        it writes every token's KV entries or DeltaNet state."""
         if self.layer_type == FULL_ATTENTION:
-            self.self_attn(x, self.input_layernorm, batch, cache, rope)
+            x = self.self_attn(x, self.input_layernorm, batch, cache, rope, rows)
         else:
-            self.linear_attn(x, self.input_layernorm, batch, cache)
-        if rows is not None:
-            x = x[rows]
+            x = self.linear_attn(x, self.input_layernorm, batch, cache, rows)
         return self.mlp(x, self.post_attention_layernorm, residual=x)
 
 
@@ -335,8 +359,9 @@ class TextModel(nn.Module):
     def forward(self, batch: ForwardBatch, cache: ModelCache) -> torch.Tensor:
         """Returns the final-normed hidden states [L, hidden] of the rows ``batch.logits_indices``.
 
-        Nothing reads the last layer's output at the other rows, so its FFN skips them: in a prefill that is
-        the last MoE layer's expert reads (~1/40 of the prefill's) for all but the sampled tokens."""
+        Nothing reads the last layer's output at the other rows, so past its KV store or state update it skips
+        them: in a prefill that is the last MoE layer's expert reads (~1/40 of the prefill's) and its attention
+        queries and output projection for all but the sampled tokens."""
         rope = self.rope(batch.positions)
         x = self.embed_tokens(batch.input_ids)  # [T, hidden], the residual stream
         *body, last = self.layers
