@@ -281,6 +281,7 @@ def routing_times(T: int, top_k: int = 8, block_m: int = 16) -> dict[str, float]
         variants[f"split4/c{chunk}"] = dict(split=True, bt=4, chunk=chunk)
     for bt in (2, 4, 8, 16):  # tokens per top-k program of the large path at any T ("large": the table's)
         variants[f"large{bt}"] = dict(force_large=True, large_bt=((1 << 30, bt),))
+        variants[f"atomic{bt}"] = dict(force_large=True, atomic=True, large_bt=((1 << 30, bt),))
     out = {}
     for name, kw in variants.items():
         saved = routing.SPLIT_BLOCK_T, routing.GROUP_CHUNK, routing.LARGE_BLOCK_T
@@ -290,7 +291,10 @@ def routing_times(T: int, top_k: int = 8, block_m: int = 16) -> dict[str, float]
         try:
             fn = lambda kw=kw: routing.route_and_align(logits, top_k, block_m, True, logits.dtype, **kw)  # noqa: E731
             rt = fn()
-            same = torch.equal(rt.sorted_pairs, ref.sorted_pairs) and _blocks(rt) == _blocks(ref)
+            pairs = rt.sorted_pairs.long()
+            if kw.get("atomic"):  # each expert's pairs in their atomics' order: compare them sorted
+                pairs = pairs[torch.argsort(rt.topk_ids.flatten()[pairs].long() * pairs.numel() + pairs)]
+            same = torch.equal(pairs, ref.sorted_pairs.long()) and _blocks(rt) == _blocks(ref)
             out[name] = time_ms(fn, graph=True) * 1e3 if same else float("nan")
         finally:
             routing.SPLIT_BLOCK_T, routing.GROUP_CHUNK, routing.LARGE_BLOCK_T = saved

@@ -10,6 +10,8 @@ of the layer: gate_up is E x N=2I x K=H, down is E x N=H x K=I). The file maps a
                                     # "router_be" sets the fused router's experts per program)
      "fused_router": true,          # optional: router GEMV fused into the routing kernel (T*k <= 1024)
      "large_routing": false,        # optional: the multi-kernel grouping even where one program could
+     "atomic_routing": false,       # optional: the multi-kernel grouping by atomic ranks (two launches,
+                                    # not three; ``routing.py``)
      "split_shared": false,         # optional, "pairs": the shared expert's gate_up in a launch of its own
                                     # before the routed pairs', which then stream before their PDL wait
      "topk_in_experts": false,      # optional, "pairs" + fused_router: the router stops at the logits and

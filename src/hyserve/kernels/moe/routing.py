@@ -30,6 +30,13 @@ Three implementations of the grouping, same outputs:
   ``_align_scan_kernel`` (grid over chunks of token blocks: per-expert totals, each token block's base
   offset per expert; program 0 the block list) and ``_align_scatter_kernel`` (grid NTB: each pair lands
   at base[tb, expert] + its rank in the token block's expert-sorted order). Deterministic; no atomics anywhere.
+- large T, ``atomic`` (opt-in: the plan's ``"atomic_routing"``): ``_route_rank_kernel`` (grid cdiv(T, BT): top-k,
+  and each pair's rank among its expert's pairs from an atomic add on that expert's counter) then
+  ``_place_kernel`` (grid over chunks of pairs: the experts' first rows from the E counters, each pair at its
+  expert's first row + its rank; program 0 the block list; the program that draws the last ticket zeroes the
+  counters). Two launches, no pass over per-token-block counts. The ids, weights and block list are the
+  others'; within an expert's rows the pairs come in the order their atomics ran, so ``sorted_pairs`` is
+  not reproducible, but every expert kernel computes a row from that row's pair alone, so the MoE output is.
 """
 
 from __future__ import annotations
@@ -43,6 +50,7 @@ import triton.language as tl
 from hyserve.kernels.contracts import require
 from hyserve.kernels.moe.workspace import empty, launch
 from hyserve.kernels.pdl import wait_for_previous
+from hyserve.kernels.tickets import ticket_counters
 
 SMALL_PAIRS = 512  # largest TP*KP the single-program path takes (T <= 64 at k = 8)
 # From this many tokens the small path splits top-k (grid over tokens, SPLIT_BLOCK_T per program) from the
@@ -555,6 +563,77 @@ def _align_scatter_kernel(
     tl.store(sorted_ptr + base + rank, pair, mask=vm)
 
 
+@triton.jit
+def _route_rank_kernel(
+    logits_ptr,
+    stride_lt,
+    ids_ptr,
+    w_ptr,
+    rank_ptr,
+    cnt_ptr,
+    T,
+    E,
+    K: tl.constexpr,
+    KP: tl.constexpr,
+    BT: tl.constexpr,
+    EP: tl.constexpr,
+    ROUND: tl.constexpr,
+    USE_PDL: tl.constexpr,
+):
+    """Grid (cdiv(T, BT),): top-k of BT tokens; rank[pair] = how many pairs of its expert drew the expert's
+    counter before it (``cnt [E]``, zero before the launch)."""
+    wait_for_previous(USE_PDL)
+    rows = tl.program_id(0) * BT + tl.arange(0, BT)
+    cols = tl.arange(0, EP)
+    rmask = rows < T
+    logits = _load_logits(logits_ptr, stride_lt, rows, rmask, cols, E)
+    ids, valid, pair = _topk_store(logits, rows, rmask, cols, E, ids_ptr, w_ptr, K, KP, ROUND)
+    rank = tl.atomic_add(cnt_ptr + ids, 1, mask=valid, sem="relaxed", scope="gpu")
+    tl.store(rank_ptr + pair, rank, mask=valid)
+
+
+@triton.jit(do_not_specialize=["T", "MAXB"])
+def _place_kernel(
+    ids_ptr,
+    rank_ptr,
+    cnt_ptr,
+    sorted_ptr,
+    meta_ptr,
+    T,
+    E,
+    MAXB,
+    K: tl.constexpr,
+    EP: tl.constexpr,
+    PB: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    HAS_SHARED: tl.constexpr,
+    USE_PDL: tl.constexpr,
+):
+    """Grid (cdiv(T*K, PB),), after ``_route_rank_kernel``: pair p goes to row first[expert] + rank[p], first[e]
+    the count of pairs on experts below e; program 0 writes the block list. ``cnt`` holds the E counters, then
+    the ticket: the program that draws the last ticket zeroes both for the next launch (every program has read
+    the counters before it draws one)."""
+    wait_for_previous(USE_PDL)
+    pid = tl.program_id(0)
+    N = T * K
+    cols = tl.arange(0, EP)
+    counts = tl.load(cnt_ptr + cols, mask=cols < E, other=0, cache_modifier=".cg")
+    p = pid * PB + tl.arange(0, PB)
+    m = p < N
+    e = tl.load(ids_ptr + p, mask=m, other=0)
+    rank = tl.load(rank_ptr + p, mask=m, other=0)
+    first = tl.sum(tl.where(cols[None, :] < e[:, None], counts[None, :], 0), axis=1)  # [PB]
+    tl.store(sorted_ptr + first + rank, p, mask=m)
+    if pid == 0:
+        max_nb = tl.max((counts + BLOCK_M - 1) // BLOCK_M, axis=0)
+        _write_blocks(meta_ptr, counts, cols, E, T, N, MAXB, max_nb, BLOCK_M, HAS_SHARED)
+    tl.debug_barrier()  # every thread's reads of the counters come before the ticket
+    ticket = tl.atomic_add(cnt_ptr + E, 1, sem="acq_rel", scope="gpu")
+    if ticket == tl.num_programs(0) - 1:
+        tl.store(cnt_ptr + cols, cols * 0, mask=cols < E)
+        tl.atomic_xchg(cnt_ptr + E, 0, sem="relaxed", scope="gpu")
+
+
 @dataclass
 class Routing:
     """What the expert kernels read (see the module docstring)."""
@@ -625,11 +704,13 @@ def route_and_align(
     weight_dtype: torch.dtype,
     force_large: bool = False,
     split: bool | None = None,
+    atomic: bool = False,
 ) -> Routing:
     """Route T tokens (logits [T, E], any float dtype) and group the pairs by expert (T >= 1).
 
     ``split`` (small T only): top-k over a grid of programs, then the grouping over another (two launches)
-    instead of one program doing both; None picks it from T (``SPLIT_MIN_TOKENS``)."""
+    instead of one program doing both; None picks it from T (``SPLIT_MIN_TOKENS``). ``atomic`` (large T, or
+    with ``force_large``): the two-launch grouping by atomic ranks (module docstring)."""
     T, E = logits.shape
     dev = logits.device
     require(logits.stride(1) == 1, "route_and_align: the logits need a contiguous last dim")
@@ -641,7 +722,9 @@ def route_and_align(
     EP = triton.next_power_of_2(E)
     KP = triton.next_power_of_2(top_k)
     TP = triton.next_power_of_2(T)
-    if not small_routing(T, E, top_k) or force_large:
+    if (not small_routing(T, E, top_k) or force_large) and atomic:
+        ids, w = _route_atomic(logits, top_k, block_m, with_shared, rnd, mb, sorted_pairs, meta)
+    elif not small_routing(T, E, top_k) or force_large:
         ids, w = _route_large(logits, top_k, block_m, with_shared, rnd, mb, sorted_pairs, meta)
     elif split if split is not None else T >= SPLIT_MIN_TOKENS:
         ids, w = route_topk(logits, top_k, weight_dtype, SPLIT_BLOCK_T)
@@ -752,4 +835,38 @@ def _route_large(
         num_warps=8,
     )
     launch(_align_scatter_kernel, (ntb,), ids, base, sorted_pairs, T, top_k, KP, BT, EP, num_warps=4)
+    return ids, w
+
+
+PLACE_PAIRS = 128  # pairs each program of ``_place_kernel`` places
+
+
+def _route_atomic(
+    logits: torch.Tensor,
+    top_k: int,
+    block_m: int,
+    with_shared: bool,
+    rnd: int,
+    mb: int,
+    sorted_pairs: torch.Tensor,
+    meta: torch.Tensor,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Top-k with atomic ranks, then the placement and the block list (two launches)."""
+    T, E = logits.shape
+    dev = logits.device
+    EP = triton.next_power_of_2(E)
+    KP = triton.next_power_of_2(top_k)
+    ids = empty((T, top_k), torch.int32, dev)
+    w = empty((T, top_k), torch.float32, dev)
+    rank = empty((T, top_k), torch.int32, dev)
+    cnt = ticket_counters("moe_route_atomic", dev, E + 1, minimum=1025)  # E counters, then the ticket
+    bt = next(b for limit, b in LARGE_BLOCK_T if T <= limit)
+    BT = max(1, min(bt, 4096 // EP, RANK_CHUNK.value // KP))
+    grid = (triton.cdiv(T, BT),)
+    args = (logits, logits.stride(0), ids, w, rank, cnt, T, E, top_k, KP, BT, EP, rnd)
+    launch(_route_rank_kernel, grid, *args, num_warps=4)
+    n = T * top_k
+    grid = (triton.cdiv(n, PLACE_PAIRS),)
+    args = (ids, rank, cnt, sorted_pairs, meta, T, E, mb, top_k, EP, PLACE_PAIRS, block_m, with_shared)
+    launch(_place_kernel, grid, *args, num_warps=4)
     return ids, w

@@ -210,7 +210,9 @@ def _expected_meta(ids: torch.Tensor, E: int, bm: int, with_shared: bool) -> lis
 ROUTING_CASES = [(T, mode) for T in (1, 33, 100) for mode in ("small", "split", "large", "fused")]
 
 
-@pytest.mark.parametrize("T,mode", [*ROUTING_CASES, (300, "large"), (300, "large16")])
+@pytest.mark.parametrize(
+    "T,mode", [*ROUTING_CASES, (300, "large"), (300, "large16"), (33, "atomic"), (300, "atomic")]
+)
 def test_routing_and_grouping(T: int, mode: str, monkeypatch) -> None:
     from hyserve.kernels.moe import router, routing
 
@@ -223,15 +225,20 @@ def test_routing_and_grouping(T: int, mode: str, monkeypatch) -> None:
         assert int(router._counter(d["x"].device).item()) == 0  # reset for the next launch
     else:
         logits = torch.nn.functional.linear(d["x"], d["gate_weight"])
+        large, atomic = mode.startswith("large") or mode == "atomic", mode == "atomic"
         rt = routing.route_and_align(
-            logits, top_k, bm, True, d["x"].dtype, force_large=mode.startswith("large"), split=mode == "split"
+            logits, top_k, bm, True, d["x"].dtype, force_large=large, split=mode == "split", atomic=atomic
         )
     w_ref, ids_ref = route_reference(d["x"], d["gate_weight"], top_k)
     assert torch.equal(rt.topk_ids.long(), ids_ref)
     torch.testing.assert_close(rt.topk_weights, w_ref.float(), rtol=1e-5, atol=1e-6)
     assert not (rt.topk_ids < 2).any()  # the dead experts got no tokens
     order = torch.argsort(ids_ref.flatten(), stable=True)
-    assert torch.equal(rt.sorted_pairs.long(), order)
+    got = rt.sorted_pairs.long()
+    if mode == "atomic":  # each expert's pairs in their atomics' order: the same set of pairs per expert
+        assert int(routing.ticket_counters("moe_route_atomic", got.device, 9).abs().sum()) == 0  # reset
+        got = got[torch.argsort(ids_ref.flatten()[got] * got.numel() + got)]
+    assert torch.equal(got, order)
     blocks = _expected_meta(ids_ref, E, bm, True)
     mb = rt.max_blocks
     meta = rt.meta.tolist()
@@ -288,6 +295,7 @@ PATHS = {
     "prefill": lambda T: (small_plan(16, "scatter"), True),
     "prefill_fused_sum": lambda T: (fused_sum_plan(), True),
     "prefill_tma": lambda T: (tma_plan(), True),
+    "prefill_atomic_routing": lambda T: (dict(small_plan(16, "scatter"), atomic_routing=True), True),
     "pairs": lambda T: (pairs_plan(), False),
     "pairs_fused_router": lambda T: (pairs_plan(fused_router=True), False),
     "pairs_split_shared": lambda T: (dict(pairs_plan(fused_router=True), split_shared=True), False),

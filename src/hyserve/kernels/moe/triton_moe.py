@@ -223,7 +223,10 @@ def _grouped(
         rt = route_and_align_fused(x, gate_weight, top_k, bm, with_shared)
     else:
         logits = F.linear(x, gate_weight)
-        rt = route_and_align(logits, top_k, bm, with_shared, x.dtype, force_large=force_large_routing)
+        atomic = plan.get("atomic_routing", False)
+        rt = route_and_align(
+            logits, top_k, bm, with_shared, x.dtype, force_large=force_large_routing, atomic=atomic
+        )
     routed = (rt.topk_weights, rt.sorted_pairs, rt.meta, rt.max_blocks, bm)
     h = gate_up(x, w_gate_up, shared_gate_up, shared_expert_gate, *routed, plan["gate_up"])
     down = down_reduce if reduce else down_scatter_sum
