@@ -281,13 +281,14 @@ def routing_times(T: int, top_k: int = 8, block_m: int = 16) -> dict[str, float]
         variants[f"split4/c{chunk}"] = dict(split=True, bt=4, chunk=chunk)
     for bt in (2, 4, 8, 16):  # tokens per top-k program of the large path at any T ("large": the table's)
         variants[f"large{bt}"] = dict(force_large=True, large_bt=((1 << 30, bt),))
-        variants[f"atomic{bt}"] = dict(force_large=True, atomic=True, large_bt=((1 << 30, bt),))
+        variants[f"atomic{bt}"] = dict(force_large=True, atomic=True, atomic_bt=bt)
     out = {}
     for name, kw in variants.items():
-        saved = routing.SPLIT_BLOCK_T, routing.GROUP_CHUNK, routing.LARGE_BLOCK_T
+        saved = routing.SPLIT_BLOCK_T, routing.GROUP_CHUNK, routing.LARGE_BLOCK_T, routing.ATOMIC_BLOCK_T
         routing.SPLIT_BLOCK_T = kw.pop("bt", saved[0])
         routing.GROUP_CHUNK = kw.pop("chunk", saved[1])
         routing.LARGE_BLOCK_T = kw.pop("large_bt", saved[2])
+        routing.ATOMIC_BLOCK_T = kw.pop("atomic_bt", saved[3])
         try:
             fn = lambda kw=kw: routing.route_and_align(logits, top_k, block_m, True, logits.dtype, **kw)  # noqa: E731
             rt = fn()
@@ -297,7 +298,7 @@ def routing_times(T: int, top_k: int = 8, block_m: int = 16) -> dict[str, float]
             same = torch.equal(pairs, ref.sorted_pairs.long()) and _blocks(rt) == _blocks(ref)
             out[name] = time_ms(fn, graph=True) * 1e3 if same else float("nan")
         finally:
-            routing.SPLIT_BLOCK_T, routing.GROUP_CHUNK, routing.LARGE_BLOCK_T = saved
+            routing.SPLIT_BLOCK_T, routing.GROUP_CHUNK, routing.LARGE_BLOCK_T, routing.ATOMIC_BLOCK_T = saved
     return out
 
 

@@ -839,6 +839,11 @@ def _route_large(
 
 
 PLACE_PAIRS = 128  # pairs each program of ``_place_kernel`` places
+# Tokens per top-k program of the atomic path at any T: with no scan over per-block counts, small blocks only add
+# programs. Graph-replayed at 512 / 1024 / 2048 / 4096 / 8192 tokens with 4 tokens a program: 13.1 / 15.6 / 16.3 /
+# 22.8 / 35.8 us; 2: 13.9 / 16.3 / 17.7 / 26.3 / 42.3; 16: 18.8 / 21.0 / 21.5 / 28.5 / 39.5; the scan path's best
+# 14.6 / 19.8 / 27.2 / 39.3 / 65.2 (``bench --routing``, H200, 2026-12-05)
+ATOMIC_BLOCK_T = 4
 
 
 def _route_atomic(
@@ -860,8 +865,7 @@ def _route_atomic(
     w = empty((T, top_k), torch.float32, dev)
     rank = empty((T, top_k), torch.int32, dev)
     cnt = ticket_counters("moe_route_atomic", dev, E + 1, minimum=1025)  # E counters, then the ticket
-    bt = next(b for limit, b in LARGE_BLOCK_T if T <= limit)
-    BT = max(1, min(bt, 4096 // EP, RANK_CHUNK.value // KP))
+    BT = max(1, min(ATOMIC_BLOCK_T, 4096 // EP, RANK_CHUNK.value // KP))
     grid = (triton.cdiv(T, BT),)
     args = (logits, logits.stride(0), ids, w, rank, cnt, T, E, top_k, KP, BT, EP, rnd)
     launch(_route_rank_kernel, grid, *args, num_warps=4)
