@@ -4,8 +4,9 @@
    inputs) vs the reference for every path (auto plan, GEMV decode, decode with the multi-kernel
    grouping, prefill "scatter" at small T), NaN-poisoned outputs and workspaces; tokens whose
    reference top-k is tied at the k-th logit (bf16 logits tie often) are checked on routing only;
-2. the scatter down's fused sum (``check_fused_sum``; ``--fused-sum`` runs it alone); routing ids/weights vs
-   torch; bitwise determinism; CUDA-graph replay;
+2. the scatter down's fused sum (``check_fused_sum``; ``--fused-sum`` runs it alone) and the atomic routing
+   (``check_atomic_routing``, ``--atomic-routing`` alone: bit-identical to the scan routing's output); routing ids/weights vs torch; bitwise
+   determinism; CUDA-graph replay;
 3. the benchmark (``bench.py``) with the per-stage breakdown; the short table last.
 """
 
@@ -55,6 +56,42 @@ def check_fused_sum(
         print(f"  T={T:5d} equal={same} replay={replay} zeroed={zero} nan={bool(outs[1].isnan().any())}")
         if not (same and replay and zero):
             failures.append(f"fused sum T={T}")
+
+
+def check_atomic_routing(
+    layer: dict, failures: list[str], tokens: tuple[int, ...] = (512, 1024, 4096, 8192)
+) -> None:
+    """The atomic-rank routing (``atomic_routing``) against the scan routing: the MoE output bit-identical to
+    the scan's and run to run (its pairs' order within an expert varies), graph replays equal, counters left at
+    zero."""
+    from hyserve.kernels import tickets
+    from hyserve.kernels.moe import bench
+    from hyserve.kernels.moe.configs import get_plan
+    from hyserve.kernels.moe.triton_moe import fused_moe_triton
+
+    names = ("gate_weight", "w_gate_up", "w_down", "shared_gate_up", "shared_down", "shared_expert_gate")
+    w = [layer[n] for n in names]
+    print(
+        "the atomic routing against the scan routing (bitwise, five runs, graph replay, counters left at zero):"
+    )
+    for T in tokens:
+        x = bench.make_x(T, H, seed=17)
+        p = get_plan(T, E, H, I, TOP_K, torch.bfloat16)
+        scan = fused_moe_triton(x, *w[:3], TOP_K, *w[3:], plan=dict(p, atomic_routing=False))
+        plan = dict(p, atomic_routing=True)
+        runs = [fused_moe_triton(x, *w[:3], TOP_K, *w[3:], plan=plan) for _ in range(5)]
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            c = fused_moe_triton(x, *w[:3], TOP_K, *w[3:], plan=plan)
+        g.replay()
+        g.replay()
+        torch.cuda.synchronize()
+        zero = int(tickets.ticket_counters("moe_route_atomic", x.device, E + 1).abs().sum()) == 0
+        same = all(torch.equal(r, scan) for r in runs)
+        replay = torch.equal(c, scan)
+        print(f"  T={T:5d} equal={same} replay={replay} zeroed={zero} nan={bool(runs[0].isnan().any())}")
+        if not (same and replay and zero):
+            failures.append(f"atomic routing T={T}")
 
 
 def main() -> int:
@@ -127,6 +164,7 @@ def main() -> int:
         check(T, "prefill kernels at small T", p, force_large=True)
 
     check_fused_sum(layer, failures)
+    check_atomic_routing(layer, failures)
 
     print("routing vs torch:")
     for T in (1, 64, 3000):
@@ -188,10 +226,11 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    if sys.argv[1:] == ["--fused-sum"]:
+    alone = {"--fused-sum": check_fused_sum, "--atomic-routing": check_atomic_routing}
+    if len(sys.argv) == 2 and sys.argv[1] in alone:
         from hyserve.kernels.moe import bench
 
         fails: list[str] = []
-        check_fused_sum(bench.make_layer(E, H, I), fails)
+        alone[sys.argv[1]](bench.make_layer(E, H, I), fails)
         sys.exit(1 if fails else 0)
     sys.exit(main())
