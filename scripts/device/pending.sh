@@ -7,6 +7,9 @@
 #          among them): what wins is in $OUT/options; copy its tables in, then verify_serve.sh.
 #   PART=4 (~2 min): scripts/probe_packed_dot_gemv.py as committed (its first form ran on 2026-12-05; this one
 #          joins its two copies): `check` on the GPU, then `bench`, to confirm that row of docs/performance.md.
+#   PART=5 (~7 min): the 20th session's prefill cuts (last rows, atomic routing) through HTTP on one machine:
+#          scripts/device/ab_http.sh with .base = `git archive 1b65d68 src | tar -x -C .base`; then the atomic
+#          routing's GPU check (`python3 -m hyserve.kernels.moe.gpu_check --atomic-routing`, also part of the full one).
 # The 12-bit packed kernels (`--pack-weights`) were timed on 2026-12-05 and are not faster (docs/performance.md):
 # `python3 -m hyserve.kernels.linear.bench --packed` and `python3 -m hyserve.kernels.moe.bench --pairs` are the
 # first gate for a new version of them. Carry .whl (and .base for PART=2).
@@ -20,5 +23,9 @@ case "${PART:-2}" in
     TAILN=5 run probe_check 120 python3 scripts/probe_packed_dot_gemv.py check
     TAILN=40 run probe_bench 240 python3 scripts/probe_packed_dot_gemv.py bench
     ;;
-  *) echo "PART must be 2 to 4" && exit 2 ;;
+  5)
+    bash scripts/device/ab_http.sh
+    TAILN=8 run atomic_check 120 python3 -m hyserve.kernels.moe.gpu_check --atomic-routing
+    ;;
+  *) echo "PART must be 2 to 5" && exit 2 ;;
 esac
