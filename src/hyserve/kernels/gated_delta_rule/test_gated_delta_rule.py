@@ -184,3 +184,57 @@ def test_dispatch_uses_triton(monkeypatch):
     monkeypatch.setenv("HYSERVE_KERNELS", "reference")
     op.gated_delta_rule_prefill(q, k, v, g, beta, s_tri, cu, idx, init)
     assert calls == [1]
+
+
+GATED = [(2, 4, 16, 24, [1, 70, 5], torch.float32), (2, 4, 16, 32, [90, 1], torch.float16)]
+if CUDA:
+    GATED += [(16, 32, 128, 128, [1, 100, 1000, 192, 63], torch.bfloat16)]
+
+
+@pytest.mark.parametrize("h,hv,kd,vd,lens,dtype", GATED)
+def test_prefill_with_raw_gates_matches_gating_then_rule(h, hv, kd, vd, lens, dtype, monkeypatch):
+    """The chunk kernel taking the gates from the raw a, b (strided views, as the projection leaves them):
+    ``gdn_gating`` then the rule, as references."""
+    from hyserve.kernels.gdn_gating.reference import gdn_gating_reference
+
+    monkeypatch.setattr(triton_prefill, "POISON_SCRATCH", True)
+    q, k, v, _, _, state, cu, idx, init = _inputs(h, hv, kd, vd, lens, dtype)
+    gen = torch.Generator().manual_seed(5)
+    ab = (torch.randn(q.shape[0], 2 * hv + 3, generator=gen) * 2).to(dtype).to(DEVICE)
+    a, b = ab[:, :hv], ab[:, hv + 3 :]  # token stride 2 * HV + 3, unit head stride
+    a_log = torch.empty(hv).uniform_(0.0, 2.5, generator=gen).to(DEVICE)
+    dt_bias = torch.randn(hv, generator=gen).to(DEVICE)
+    g, beta = gdn_gating_reference(a, b, a_log, dt_bias)
+    s_ref, s_tri = state.clone(), state.clone()
+    want = gated_delta_rule_prefill_reference(q, k, v, g, beta, s_ref, cu, idx, init)
+    got = gated_delta_rule_prefill_triton(q, k, v, a, b, s_tri, cu, idx, init, gates=(a_log, dt_bias))
+    assert not got.isnan().any()
+    assert rel_err(got, want) < TOL[dtype]
+    used = torch.tensor([s for s, n in zip(idx.tolist(), lens) if n > 0], dtype=torch.long).to(DEVICE)
+    assert rel_err(s_tri[used], s_ref[used]) < TOL[dtype]
+    _check_untouched(state, s_tri, used)
+
+
+def test_gated_dispatch(monkeypatch):
+    """``gated_delta_rule_prefill_gated`` takes the fused Triton path where it can, else gating then the rule."""
+    import hyserve.kernels.gated_delta_rule as op
+    from hyserve.kernels.gdn_gating.reference import gdn_gating_reference
+
+    calls = []
+    real = triton_prefill.gated_delta_rule_prefill_triton
+    monkeypatch.setattr(
+        triton_prefill,
+        "gated_delta_rule_prefill_triton",
+        lambda *a, **kw: calls.append(sorted(kw)) or real(*a, **kw),
+    )
+    q, k, v, _, _, state, cu, idx, init = _inputs(2, 2, 16, 16, [3, 1], torch.float32)
+    a, b = torch.randn(2, q.shape[0], 2, generator=torch.Generator().manual_seed(1)).to(DEVICE)
+    a_log, dt_bias = torch.full((2,), 0.5, device=DEVICE), torch.zeros(2, device=DEVICE)
+    g, beta = gdn_gating_reference(a, b, a_log, dt_bias)
+    want = gated_delta_rule_prefill_reference(q, k, v, g, beta, state.clone(), cu, idx, init)
+    monkeypatch.setenv("HYSERVE_KERNELS", "triton")
+    got = op.gated_delta_rule_prefill_gated(q, k, v, a, b, a_log, dt_bias, state.clone(), cu, idx, init)
+    assert rel_err(got, want) < 1e-5 and calls == [["gates"]]
+    monkeypatch.setenv("HYSERVE_KERNELS", "reference")
+    got = op.gated_delta_rule_prefill_gated(q, k, v, a, b, a_log, dt_bias, state.clone(), cu, idx, init)
+    assert rel_err(got, want) < 1e-5 and calls == [["gates"]]
