@@ -79,18 +79,19 @@ def gated_delta_rule_prefill_gated(
 ) -> torch.Tensor:
     """``gdn_gating(a, b, A_log, dt_bias)`` then ``gated_delta_rule_prefill`` with its g and beta: a, b [T, HV]
     (the projection's raw views), A_log, dt_bias [HV]. On Triton the chunk kernel takes the gates itself (one
-    launch fewer)."""
+    launch fewer; ``triton_prefill._CONFIGS["fuse_gates"]``)."""
+    from hyserve.kernels.gated_delta_rule import triton_prefill
+
     if (
-        triton_enabled(q, k, v, a, b, A_log, dt_bias, state, cu_seqlens)
+        triton_prefill._CONFIGS["fuse_gates"]
+        and triton_enabled(q, k, v, a, b, A_log, dt_bias, state, cu_seqlens)
         and _supported(q, k, v, state)
         and a.dtype in _DTYPES
         and b.dtype in _DTYPES
         and a.stride(1) == 1
         and b.stride(1) == 1
     ):
-        from hyserve.kernels.gated_delta_rule.triton_prefill import gated_delta_rule_prefill_triton
-
-        return gated_delta_rule_prefill_triton(
+        return triton_prefill.gated_delta_rule_prefill_triton(
             q, k, v, a, b, state, cu_seqlens, state_indices, has_initial_state, gates=(A_log, dt_bias)
         )
     g, beta = gdn_gating(a, b, A_log, dt_bias)

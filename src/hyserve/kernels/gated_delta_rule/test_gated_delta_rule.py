@@ -235,6 +235,9 @@ def test_gated_dispatch(monkeypatch):
     monkeypatch.setenv("HYSERVE_KERNELS", "triton")
     got = op.gated_delta_rule_prefill_gated(q, k, v, a, b, a_log, dt_bias, state.clone(), cu, idx, init)
     assert rel_err(got, want) < 1e-5 and calls == [["gates"]]
+    monkeypatch.setitem(triton_prefill._CONFIGS, "fuse_gates", False)  # gdn_gating's launch, then the rule
+    got = op.gated_delta_rule_prefill_gated(q, k, v, a, b, a_log, dt_bias, state.clone(), cu, idx, init)
+    assert rel_err(got, want) < 1e-5 and calls == [["gates"], []]
     monkeypatch.setenv("HYSERVE_KERNELS", "reference")
     got = op.gated_delta_rule_prefill_gated(q, k, v, a, b, a_log, dt_bias, state.clone(), cu, idx, init)
-    assert rel_err(got, want) < 1e-5 and calls == [["gates"]]
+    assert rel_err(got, want) < 1e-5 and calls == [["gates"], []]
