@@ -15,7 +15,7 @@ unless noted, no host reads, CUDA-graph safe; grids depend on T only):
   ``meta[b]``; expert id E means the shared expert. The ``cdiv(T, BLOCK_M)`` shared blocks come first, then
   the routed blocks by expert id. MAXB (``max_blocks``) is a host bound that depends on T only.
 
-Three implementations of the grouping, same outputs:
+Four implementations of the grouping, same outputs (the fourth up to the pairs' order within an expert):
 
 - small T (``TP*KP <= SMALL_PAIRS``), fewer than ``SPLIT_MIN_TOKENS`` tokens: one program
   (``_route_small_kernel``) does everything: softmax and top-k on a [TP, EP] tile; the row of pair i is
@@ -30,8 +30,9 @@ Three implementations of the grouping, same outputs:
   ``_align_scan_kernel`` (grid over chunks of token blocks: per-expert totals, each token block's base
   offset per expert; program 0 the block list) and ``_align_scatter_kernel`` (grid NTB: each pair lands
   at base[tb, expert] + its rank in the token block's expert-sorted order). Deterministic; no atomics anywhere.
-- large T, ``atomic`` (opt-in: the plan's ``"atomic_routing"``): ``_route_rank_kernel`` (grid cdiv(T, BT): top-k,
-  and each pair's rank among its expert's pairs from an atomic add on that expert's counter) then
+- large T, ``atomic`` (the plan's ``"atomic_routing"``: the H200 plans from 512 tokens): ``_route_rank_kernel``
+  (grid cdiv(T, BT): top-k, and each pair's rank among its expert's pairs from an atomic add on that expert's
+  counter) then
   ``_place_kernel`` (grid over chunks of pairs: the experts' first rows from the E counters, each pair at its
   expert's first row + its rank; program 0 the block list; the program that draws the last ticket zeroes the
   counters). Two launches, no pass over per-token-block counts. The ids, weights and block list are the
