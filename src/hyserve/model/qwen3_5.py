@@ -124,8 +124,8 @@ class GatedDeltaNet(nn.Module):
         q = q.view(t, self.num_k_heads, self.head_k_dim)
         k = k.view(t, self.num_k_heads, self.head_k_dim)
         v = v.view(t, self.num_v_heads, self.head_v_dim)
-        # the gates g = -exp(A_log) softplus(a + dt_bias) (log-decay <= 0) and beta = sigmoid(b) (write strength)
-        # are taken inside the rule
+        # the gates g = -exp(A_log) softplus(a + dt_bias) (log-decay <= 0) and beta = sigmoid(b) (write strength),
+        # then the rule
         o = ops.gated_delta_rule_prefill_gated(
             q,
             k,

@@ -78,8 +78,8 @@ def gated_delta_rule_prefill_gated(
     has_initial_state: torch.Tensor,
 ) -> torch.Tensor:
     """``gdn_gating(a, b, A_log, dt_bias)`` then ``gated_delta_rule_prefill`` with its g and beta: a, b [T, HV]
-    (the projection's raw views), A_log, dt_bias [HV]. On Triton the chunk kernel takes the gates itself (one
-    launch fewer; ``triton_prefill._CONFIGS["fuse_gates"]``)."""
+    (the projection's raw views), A_log, dt_bias [HV]. On Triton with ``triton_prefill._CONFIGS["fuse_gates"]``
+    (off: measured slower) the chunk kernel takes the gates itself, one launch fewer."""
     from hyserve.kernels.gated_delta_rule import triton_prefill
 
     if (

@@ -233,6 +233,7 @@ def test_gated_dispatch(monkeypatch):
     g, beta = gdn_gating_reference(a, b, a_log, dt_bias)
     want = gated_delta_rule_prefill_reference(q, k, v, g, beta, state.clone(), cu, idx, init)
     monkeypatch.setenv("HYSERVE_KERNELS", "triton")
+    monkeypatch.setitem(triton_prefill._CONFIGS, "fuse_gates", True)
     got = op.gated_delta_rule_prefill_gated(q, k, v, a, b, a_log, dt_bias, state.clone(), cu, idx, init)
     assert rel_err(got, want) < 1e-5 and calls == [["gates"]]
     monkeypatch.setitem(triton_prefill._CONFIGS, "fuse_gates", False)  # gdn_gating's launch, then the rule

@@ -47,8 +47,11 @@ CHUNK = 64
 # Tile configs (data, picked here by the wrapper): BV of the state / output kernels, warps, stages.
 _CONFIGS = {
     "fused_output": True,  # _state_output_kernel (2 launches) instead of _state_kernel + _output_kernel (3)
-    # gated_delta_rule_prefill_gated: the gates inside _prepare_kernel (from the raw a, b) instead of gdn_gating's launch
-    "fuse_gates": True,
+    # gated_delta_rule_prefill_gated: the gates inside _prepare_kernel (from the raw a, b) instead of gdn_gating's
+    # launch. Off: on the H200 (2026-12-05, 33d1832, a 1024-token prefill) the solve took 1024 us over 30 layers
+    # with them against 886 without (the rest of that run ~2% slower than the run without), more than the 102 us of
+    # the launch it saves
+    "fuse_gates": False,
     # 4 warps: 255 registers a thread fit two programs an SM (8 warps took 204 a thread: one), which halves the
     # waves of this latency-bound solve; 3 stages prefetch the state loop's next chunk one tile deeper
     # (`bench --sweep` on the H200, 2026-12-03: T=1024 125.7 -> 82.7 us, then 2 -> 3 stages 125.7 -> 112.0). With
