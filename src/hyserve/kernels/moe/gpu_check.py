@@ -20,6 +20,26 @@ import torch
 import torch.nn.functional as F
 
 E, TOP_K, H, I = 256, 8, 2048, 512
+_LAYER_WEIGHTS = ("gate_weight", "w_gate_up", "w_down", "shared_gate_up", "shared_down", "shared_expert_gate")
+
+
+def _moe_runner(layer: dict):
+    """``run(x, plan, **kw)``: ``fused_moe_triton`` on the layer's weights."""
+    from hyserve.kernels.moe.triton_moe import fused_moe_triton
+
+    w = [layer[n] for n in _LAYER_WEIGHTS]
+    return lambda x, plan, **kw: fused_moe_triton(x, *w[:3], TOP_K, *w[3:], plan=plan, **kw)
+
+
+def _replayed(fn, *args, **kwargs) -> torch.Tensor:
+    """``fn(*args, **kwargs)``'s output after capturing it in a CUDA graph and replaying that twice."""
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        out = fn(*args, **kwargs)
+    g.replay()
+    g.replay()
+    torch.cuda.synchronize()
+    return out
 
 
 def check_fused_sum(
@@ -30,10 +50,8 @@ def check_fused_sum(
     from hyserve.kernels import tickets
     from hyserve.kernels.moe import bench
     from hyserve.kernels.moe.configs import fit_plan, get_plan
-    from hyserve.kernels.moe.triton_moe import fused_moe_triton
 
-    names = ("gate_weight", "w_gate_up", "w_down", "shared_gate_up", "shared_down", "shared_expert_gate")
-    w = [layer[n] for n in names]
+    run = _moe_runner(layer)
     print(
         "the scatter down's fused sum against its sum kernel (bitwise, graph replay, counters left at zero):"
     )
@@ -44,13 +62,8 @@ def check_fused_sum(
         outs = []
         for fused in (False, True):
             plan = dict(p, down={**p["down"], "fused_sum": fused})
-            outs.append(fused_moe_triton(x, *w[:3], TOP_K, *w[3:], plan=plan, force_large_routing=True))
-        g = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(g):
-            c = fused_moe_triton(x, *w[:3], TOP_K, *w[3:], plan=plan, force_large_routing=True)
-        g.replay()
-        g.replay()
-        torch.cuda.synchronize()
+            outs.append(run(x, plan, force_large_routing=True))
+        c = _replayed(run, x, plan, force_large_routing=True)
         zero = int(tickets.ticket_counters("moe down sum", x.device, 1).abs().sum()) == 0
         same, replay = torch.equal(outs[0], outs[1]), torch.equal(outs[0], c)
         print(f"  T={T:5d} equal={same} replay={replay} zeroed={zero} nan={bool(outs[1].isnan().any())}")
@@ -67,25 +80,18 @@ def check_atomic_routing(
     from hyserve.kernels import tickets
     from hyserve.kernels.moe import bench
     from hyserve.kernels.moe.configs import get_plan
-    from hyserve.kernels.moe.triton_moe import fused_moe_triton
 
-    names = ("gate_weight", "w_gate_up", "w_down", "shared_gate_up", "shared_down", "shared_expert_gate")
-    w = [layer[n] for n in names]
+    run = _moe_runner(layer)
     print(
         "the atomic routing against the scan routing (bitwise, five runs, graph replay, counters left at zero):"
     )
     for T in tokens:
         x = bench.make_x(T, H, seed=17)
         p = get_plan(T, E, H, I, TOP_K, torch.bfloat16)
-        scan = fused_moe_triton(x, *w[:3], TOP_K, *w[3:], plan=dict(p, atomic_routing=False))
+        scan = run(x, dict(p, atomic_routing=False))
         plan = dict(p, atomic_routing=True)
-        runs = [fused_moe_triton(x, *w[:3], TOP_K, *w[3:], plan=plan) for _ in range(5)]
-        g = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(g):
-            c = fused_moe_triton(x, *w[:3], TOP_K, *w[3:], plan=plan)
-        g.replay()
-        g.replay()
-        torch.cuda.synchronize()
+        runs = [run(x, plan) for _ in range(5)]
+        c = _replayed(run, x, plan)
         zero = int(tickets.ticket_counters("moe_route_atomic", x.device, E + 1).abs().sum()) == 0
         same = all(torch.equal(r, scan) for r in runs)
         replay = torch.equal(c, scan)

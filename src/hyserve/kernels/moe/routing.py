@@ -723,10 +723,8 @@ def route_and_align(
     EP = triton.next_power_of_2(E)
     KP = triton.next_power_of_2(top_k)
     TP = triton.next_power_of_2(T)
-    if (not small_routing(T, E, top_k) or force_large) and atomic:
-        ids, w = _route_atomic(logits, top_k, block_m, with_shared, rnd, mb, sorted_pairs, meta)
-    elif not small_routing(T, E, top_k) or force_large:
-        ids, w = _route_large(logits, top_k, block_m, with_shared, rnd, mb, sorted_pairs, meta)
+    if not small_routing(T, E, top_k) or force_large:
+        ids, w = _route_large(logits, top_k, block_m, with_shared, rnd, mb, sorted_pairs, meta, atomic)
     elif split if split is not None else T >= SPLIT_MIN_TOKENS:
         ids, w = route_topk(logits, top_k, weight_dtype, SPLIT_BLOCK_T)
         np_ = triton.next_power_of_2(n)
@@ -776,6 +774,14 @@ def route_and_align(
     return Routing(ids, w, sorted_pairs, meta, mb, block_m)
 
 
+PLACE_PAIRS = 128  # pairs each program of ``_place_kernel`` places
+# Tokens per top-k program of the atomic path at any T: with no scan over per-block counts, small blocks only add
+# programs. Graph-replayed at 512 / 1024 / 2048 / 4096 / 8192 tokens with 4 tokens a program: 13.1 / 15.6 / 16.3 /
+# 22.8 / 35.8 us; 2: 13.9 / 16.3 / 17.7 / 26.3 / 42.3; 16: 18.8 / 21.0 / 21.5 / 28.5 / 39.5; the scan path's best
+# 14.6 / 19.8 / 27.2 / 39.3 / 65.2 (``bench --routing``, H200, 2026-12-05)
+ATOMIC_BLOCK_T = 4
+
+
 def _route_large(
     logits: torch.Tensor,
     top_k: int,
@@ -785,17 +791,27 @@ def _route_large(
     mb: int,
     sorted_pairs: torch.Tensor,
     meta: torch.Tensor,
+    atomic: bool,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Top-k + per-token-block histograms, the scan, then the scatter (three launches)."""
+    """Top-k + per-token-block histograms, the scan, then the scatter (three launches); ``atomic``: top-k with
+    atomic ranks, then the placement and the block list (two launches)."""
     T, E = logits.shape
     dev = logits.device
     EP = triton.next_power_of_2(E)
     KP = triton.next_power_of_2(top_k)
     ids = empty((T, top_k), torch.int32, dev)
     w = empty((T, top_k), torch.float32, dev)
-    bt = next(b for limit, b in LARGE_BLOCK_T if T <= limit)
+    bt = ATOMIC_BLOCK_T if atomic else next(b for limit, b in LARGE_BLOCK_T if T <= limit)
     BT = max(1, min(bt, 4096 // EP, RANK_CHUNK.value // KP))
     ntb = triton.cdiv(T, BT)
+    if atomic:
+        rank = empty((T, top_k), torch.int32, dev)
+        cnt = ticket_counters("moe_route_atomic", dev, E + 1, minimum=1025)  # E counters, then the ticket
+        args = (logits, logits.stride(0), ids, w, rank, cnt, T, E, top_k, KP, BT, EP, rnd)
+        launch(_route_rank_kernel, (ntb,), *args, num_warps=4)
+        args = (ids, rank, cnt, sorted_pairs, meta, T, E, mb, top_k, EP, PLACE_PAIRS, block_m, with_shared)
+        launch(_place_kernel, (triton.cdiv(T * top_k, PLACE_PAIRS),), *args, num_warps=4)
+        return ids, w
     counts = empty((ntb, EP), torch.int32, dev)
     base = empty((ntb, EP), torch.int32, dev)
     launch(
@@ -836,42 +852,4 @@ def _route_large(
         num_warps=8,
     )
     launch(_align_scatter_kernel, (ntb,), ids, base, sorted_pairs, T, top_k, KP, BT, EP, num_warps=4)
-    return ids, w
-
-
-PLACE_PAIRS = 128  # pairs each program of ``_place_kernel`` places
-# Tokens per top-k program of the atomic path at any T: with no scan over per-block counts, small blocks only add
-# programs. Graph-replayed at 512 / 1024 / 2048 / 4096 / 8192 tokens with 4 tokens a program: 13.1 / 15.6 / 16.3 /
-# 22.8 / 35.8 us; 2: 13.9 / 16.3 / 17.7 / 26.3 / 42.3; 16: 18.8 / 21.0 / 21.5 / 28.5 / 39.5; the scan path's best
-# 14.6 / 19.8 / 27.2 / 39.3 / 65.2 (``bench --routing``, H200, 2026-12-05)
-ATOMIC_BLOCK_T = 4
-
-
-def _route_atomic(
-    logits: torch.Tensor,
-    top_k: int,
-    block_m: int,
-    with_shared: bool,
-    rnd: int,
-    mb: int,
-    sorted_pairs: torch.Tensor,
-    meta: torch.Tensor,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Top-k with atomic ranks, then the placement and the block list (two launches)."""
-    T, E = logits.shape
-    dev = logits.device
-    EP = triton.next_power_of_2(E)
-    KP = triton.next_power_of_2(top_k)
-    ids = empty((T, top_k), torch.int32, dev)
-    w = empty((T, top_k), torch.float32, dev)
-    rank = empty((T, top_k), torch.int32, dev)
-    cnt = ticket_counters("moe_route_atomic", dev, E + 1, minimum=1025)  # E counters, then the ticket
-    BT = max(1, min(ATOMIC_BLOCK_T, 4096 // EP, RANK_CHUNK.value // KP))
-    grid = (triton.cdiv(T, BT),)
-    args = (logits, logits.stride(0), ids, w, rank, cnt, T, E, top_k, KP, BT, EP, rnd)
-    launch(_route_rank_kernel, grid, *args, num_warps=4)
-    n = T * top_k
-    grid = (triton.cdiv(n, PLACE_PAIRS),)
-    args = (ids, rank, cnt, sorted_pairs, meta, T, E, mb, top_k, EP, PLACE_PAIRS, block_m, with_shared)
-    launch(_place_kernel, grid, *args, num_warps=4)
     return ids, w
