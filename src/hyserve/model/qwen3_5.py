@@ -124,20 +124,9 @@ class GatedDeltaNet(nn.Module):
         q = q.view(t, self.num_k_heads, self.head_k_dim)
         k = k.view(t, self.num_k_heads, self.head_k_dim)
         v = v.view(t, self.num_v_heads, self.head_v_dim)
-        # the gates g = -exp(A_log) softplus(a + dt_bias) (log-decay <= 0) and beta = sigmoid(b) (write strength),
-        # then the rule
-        o = ops.gated_delta_rule_prefill_gated(
-            q,
-            k,
-            v,
-            a,
-            b,
-            self.A_log,
-            self.dt_bias,
-            ssm_state,
-            batch.cu_seqlens_q,
-            batch.state_indices,
-            batch.has_initial_state,
+        g, beta = ops.gdn_gating(a, b, self.A_log, self.dt_bias)  # log-decay <= 0 (fp32), write strength
+        o = ops.gated_delta_rule_prefill(
+            q, k, v, g, beta, ssm_state, batch.cu_seqlens_q, batch.state_indices, batch.has_initial_state
         )
         if rows is not None:
             o, z, x = o[rows], z[rows], x[rows]

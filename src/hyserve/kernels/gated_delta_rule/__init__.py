@@ -7,8 +7,7 @@ Per value head, with q and k L2-normalised inside the op and q scaled by ``K ** 
 
 Key head ``j`` serves value heads ``j * HV/H .. (j+1) * HV/H - 1``. The state of a sequence lives in
 slot ``state_indices[i]`` of a pool ``state [num_slots, HV, K, V]`` (fp32) and is updated in place.
-``prefill`` is the chunked form for many tokens per sequence (``prefill_gated`` takes the gates' raw inputs);
-``decode`` the recurrent form for one.
+``prefill`` is the chunked form for many tokens per sequence; ``decode`` the recurrent form for one.
 Both dispatch to Triton (``triton_prefill.py``: three kernels, no host sync; ``triton_decode.py``: one)
 where ``dispatch.triton_enabled`` allows it and the layout is supported, else to the reference.
 """
@@ -22,7 +21,6 @@ from hyserve.kernels.gated_delta_rule.reference import (
     gated_delta_rule_decode_reference,
     gated_delta_rule_prefill_reference,
 )
-from hyserve.kernels.gdn_gating import gdn_gating
 
 _DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 
@@ -64,40 +62,6 @@ def gated_delta_rule_prefill(
     )
 
 
-def gated_delta_rule_prefill_gated(
-    q: torch.Tensor,
-    k: torch.Tensor,
-    v: torch.Tensor,
-    a: torch.Tensor,
-    b: torch.Tensor,
-    A_log: torch.Tensor,
-    dt_bias: torch.Tensor,
-    state: torch.Tensor,
-    cu_seqlens: torch.Tensor,
-    state_indices: torch.Tensor,
-    has_initial_state: torch.Tensor,
-) -> torch.Tensor:
-    """``gdn_gating(a, b, A_log, dt_bias)`` then ``gated_delta_rule_prefill`` with its g and beta: a, b [T, HV]
-    (the projection's raw views), A_log, dt_bias [HV]. On Triton with ``triton_prefill._CONFIGS["fuse_gates"]``
-    (off: measured slower) the chunk kernel takes the gates itself, one launch fewer."""
-    from hyserve.kernels.gated_delta_rule import triton_prefill
-
-    if (
-        triton_prefill._CONFIGS["fuse_gates"]
-        and triton_enabled(q, k, v, a, b, A_log, dt_bias, state, cu_seqlens)
-        and _supported(q, k, v, state)
-        and a.dtype in _DTYPES
-        and b.dtype in _DTYPES
-        and a.stride(1) == 1
-        and b.stride(1) == 1
-    ):
-        return triton_prefill.gated_delta_rule_prefill_triton(
-            q, k, v, a, b, state, cu_seqlens, state_indices, has_initial_state, gates=(A_log, dt_bias)
-        )
-    g, beta = gdn_gating(a, b, A_log, dt_bias)
-    return gated_delta_rule_prefill(q, k, v, g, beta, state, cu_seqlens, state_indices, has_initial_state)
-
-
 def gated_delta_rule_decode(
     q: torch.Tensor,
     k: torch.Tensor,
@@ -119,6 +83,5 @@ __all__ = [
     "gated_delta_rule_decode",
     "gated_delta_rule_decode_reference",
     "gated_delta_rule_prefill",
-    "gated_delta_rule_prefill_gated",
     "gated_delta_rule_prefill_reference",
 ]

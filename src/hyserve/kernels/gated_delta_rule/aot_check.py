@@ -170,13 +170,11 @@ def main() -> None:
     warnings.filterwarnings("ignore")
     gdn = dict(HV=32, G=2, K=128, V=128, BK=128, DT=tl.bfloat16, PREC="tf32")
     cfg = pre._CONFIGS
-    prep_types = {"q_ptr": BF, "k_ptr": BF, "v_ptr": BF, "g_ptr": F32, "beta_ptr": BF, "a_log_ptr": BF,
-                  "dt_bias_ptr": BF, "cu_ptr": "*i32", "w_ptr": BF, "u_ptr": BF, "cum_ptr": F32, "rk_ptr": F32,
-                  "aqk_ptr": BF, "qs_ptr": F32, "scale": "fp32"}  # fmt: skip
-    for fused, raw in ((1, 0), (0, 0), (1, 1)):  # raw: the gates from the raw a (bf16 in g_ptr) and b
-        types = {**prep_types, "g_ptr": BF} if raw else prep_types
-        build(pre._prepare_kernel, types, {**gdn, "BV": 128, "BN": 16, "FUSED": fused, "RAW_GATES": raw},
-              cfg["prepare"]["num_warps"], label=f"prefill prepare FUSED={fused} RAW_GATES={raw}")  # fmt: skip
+    prep_types = {"q_ptr": BF, "k_ptr": BF, "v_ptr": BF, "g_ptr": F32, "beta_ptr": BF, "cu_ptr": "*i32", "w_ptr": BF,
+                  "u_ptr": BF, "cum_ptr": F32, "rk_ptr": F32, "aqk_ptr": BF, "qs_ptr": F32, "scale": "fp32"}  # fmt: skip
+    for fused in (1, 0):
+        build(pre._prepare_kernel, prep_types, {**gdn, "BV": 128, "BN": 16, "FUSED": fused},
+              cfg["prepare"]["num_warps"], label=f"prefill prepare FUSED={fused}")  # fmt: skip
     so_types = {"q_ptr": BF, "k_ptr": BF, "w_ptr": BF, "u_ptr": BF, "cum_ptr": F32, "rk_ptr": F32, "aqk_ptr": BF,
                 "qs_ptr": F32, "cu_ptr": "*i32", "state_ptr": F32, "idx_ptr": "*i64", "init_ptr": "*i8", "o_ptr": BF}  # fmt: skip
     c = cfg["state_output"]

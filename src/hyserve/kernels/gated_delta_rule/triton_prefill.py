@@ -1,8 +1,7 @@
 """Chunked gated delta rule over packed varlen sequences (chunk 64): two Triton launches, no host sync.
 
 Shapes: q, k [T, H, K] and v [T, HV, V] (model dtype; any token/head strides, last dim contiguous, e.g. the
-views of the conv output), g [T, HV] fp32 log-decay, beta [T, HV] (or, with ``gates``, the raw a and b of the
-projection, from which the first kernel takes ``gdn_gating``'s g and beta), state [S, HV, K, V] fp32 (slots),
+views of the conv output), g [T, HV] fp32 log-decay, beta [T, HV], state [S, HV, K, V] fp32 (slots),
 cu_seqlens [N+1], state_indices [N], has_initial_state [N]. Key head ``j = hv // (HV/H)``.
 
 Per chunk of 64 tokens (``cum`` = in-chunk cumsum of g, ``D_ij = exp(cum_i - cum_j)`` for i >= j) the
@@ -40,18 +39,12 @@ import triton
 import triton.language as tl
 
 from hyserve.kernels.gated_delta_rule.triton_decode import require_delta_rule_inputs
-from hyserve.kernels.gdn_gating.triton_kernel import softplus
 
 CHUNK = 64
 
 # Tile configs (data, picked here by the wrapper): BV of the state / output kernels, warps, stages.
 _CONFIGS = {
     "fused_output": True,  # _state_output_kernel (2 launches) instead of _state_kernel + _output_kernel (3)
-    # gated_delta_rule_prefill_gated: the gates inside _prepare_kernel (from the raw a, b) instead of gdn_gating's
-    # launch. Off: on the H200 (2026-12-05, 33d1832, a 1024-token prefill) the solve took 1024 us over 30 layers
-    # with them against 886 without (the rest of that run ~2% slower than the run without), more than the 102 us of
-    # the launch it saves
-    "fuse_gates": False,
     # 4 warps: 255 registers a thread fit two programs an SM (8 warps took 204 a thread: one), which halves the
     # waves of this latency-bound solve; 3 stages prefetch the state loop's next chunk one tile deeper
     # (`bench --sweep` on the H200, 2026-12-03: T=1024 125.7 -> 82.7 us, then 2 -> 3 stages 125.7 -> 112.0). With
@@ -112,10 +105,10 @@ def _chunk_inverse(a, PREC: tl.constexpr):
 
 @triton.jit(do_not_specialize=["N"])
 def _prepare_kernel(
-    q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, a_log_ptr, dt_bias_ptr, cu_ptr, w_ptr, u_ptr, cum_ptr, rk_ptr, aqk_ptr,
-    qs_ptr, stride_qt, stride_qh, stride_kt, stride_kh, stride_vt, stride_vh, stride_gt, stride_bt, N, scale,
+    q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, cu_ptr, w_ptr, u_ptr, cum_ptr, rk_ptr, aqk_ptr, qs_ptr,
+    stride_qt, stride_qh, stride_kt, stride_kh, stride_vt, stride_vh, stride_gt, stride_bt, N, scale,
     HV: tl.constexpr, G: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
-    BN: tl.constexpr, DT: tl.constexpr, PREC: tl.constexpr, FUSED: tl.constexpr, RAW_GATES: tl.constexpr,
+    BN: tl.constexpr, DT: tl.constexpr, PREC: tl.constexpr, FUSED: tl.constexpr,
 ):  # fmt: skip
     pid = tl.program_id(0)
     i_hv = tl.program_id(1)
@@ -143,12 +136,6 @@ def _prepare_kernel(
     )
     g = tl.load(g_ptr + rows * stride_gt + i_hv, mask=mr, other=0.0).to(tl.float32)
     beta = tl.load(beta_ptr + rows * stride_bt + i_hv, mask=mr, other=0.0).to(tl.float32)
-    # with RAW_GATES g and beta hold the raw a and b: gdn_gating's gates, beta rounded to b's dtype as there
-    if RAW_GATES:
-        a_log = tl.load(a_log_ptr + i_hv).to(tl.float32)
-        dt_bias = tl.load(dt_bias_ptr + i_hv).to(tl.float32)
-        g = tl.where(mr, -tl.exp(a_log) * softplus(g + dt_bias), 0.0)
-        beta = tl.where(mr, tl.sigmoid(beta).to(beta_ptr.dtype.element_ty).to(tl.float32), 0.0)
     cum = tl.cumsum(g, 0)  # padded rows add 0: the reference's zero padding
     tl.store(cum_ptr + rows * HV + i_hv, cum, mask=mr)
 
@@ -416,13 +403,10 @@ def gated_delta_rule_prefill_triton(
     has_initial_state: torch.Tensor,
     configs: dict | None = None,
     out: torch.Tensor | None = None,
-    gates: tuple[torch.Tensor, torch.Tensor] | None = None,
 ) -> torch.Tensor:
     """Same contract as ``gated_delta_rule_prefill_reference``; no host synchronisation.
 
-    ``configs`` overrides entries of ``_CONFIGS``; ``out`` [T, HV, V] receives o (else allocated). With ``gates``
-    (A_log, dt_bias [HV]) g and beta are the raw a and b [T, HV] of the projection, and the chunk kernel takes the
-    gates itself (``gdn_gating``'s formulas; one launch fewer)."""
+    ``configs`` overrides entries of ``_CONFIGS``; ``out`` [T, HV, V] receives o (else allocated)."""
     cfg = {**_CONFIGS, **(configs or {})}
     t, h, kd = q.shape
     hv, vd = v.shape[1], v.shape[2]
@@ -450,12 +434,10 @@ def gated_delta_rule_prefill_triton(
     aqk = _scratch((t, hv, CHUNK), dt, q.device) if fused else cum  # (unused pointers when not fused)
     qs = _scratch((t, hv), torch.float32, q.device) if fused else cum
     meta = dict(HV=hv, G=group, K=kd, V=vd, BK=bk, DT=_TL_DTYPES[dt], PREC=prec)
-    a_log, dt_bias = gates if gates is not None else (g, g)  # (unused pointers without gates)
     _prepare_kernel[(max_chunks, hv)](
-        q, k, v, g, beta, a_log, dt_bias, cu_seqlens, w, u, cum, rk, aqk, qs,
+        q, k, v, g, beta, cu_seqlens, w, u, cum, rk, aqk, qs,
         q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0), v.stride(1), g.stride(0), beta.stride(0),
-        n, kd**-0.5, **meta, BV=bvf, BN=bn, FUSED=fused, RAW_GATES=gates is not None,
-        num_warps=cfg["prepare"]["num_warps"],
+        n, kd**-0.5, **meta, BV=bvf, BN=bn, FUSED=fused, num_warps=cfg["prepare"]["num_warps"],
     )  # fmt: skip
     if fused:
         bv = min(cfg["state_output"]["BV"], bvf)
