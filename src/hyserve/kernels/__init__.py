@@ -8,7 +8,11 @@ its inputs: the Triton kernel where one exists for the device and dtype, else th
 from hyserve.kernels.activation import silu_and_mul
 from hyserve.kernels.argmax import logits_argmax
 from hyserve.kernels.attention import causal_attention, paged_attention, store_kv
-from hyserve.kernels.causal_conv1d import causal_conv1d_decode, causal_conv1d_prefill
+from hyserve.kernels.causal_conv1d import (
+    causal_conv1d_decode,
+    causal_conv1d_prefill,
+    causal_conv1d_prefill_gated,
+)
 from hyserve.kernels.dispatch import reference_only, use_reference
 from hyserve.kernels.gated_delta_rule import gated_delta_rule_decode, gated_delta_rule_prefill
 from hyserve.kernels.gated_rmsnorm import gated_rms_norm
@@ -23,6 +27,7 @@ __all__ = [
     "causal_attention",
     "causal_conv1d_decode",
     "causal_conv1d_prefill",
+    "causal_conv1d_prefill_gated",
     "fused_moe",
     "gated_delta_rule_decode",
     "gated_delta_rule_prefill",

@@ -11,6 +11,8 @@ import torch
 
 from hyserve.kernels.causal_conv1d.reference import causal_conv1d_prefill_reference
 from hyserve.kernels.causal_conv1d.triton_kernel import causal_conv1d_prefill_triton
+from hyserve.kernels.gdn_gating.reference import gdn_gating_reference
+from hyserve.kernels.gdn_gating.triton_kernel import gdn_gating_triton
 from hyserve.kernels.testing import rel_err
 
 CUDA = torch.cuda.is_available()
@@ -107,6 +109,53 @@ def test_interior_fast_path_is_bit_identical(block_t):
         )
         states.append(s)
     assert torch.equal(outs[0], outs[1]) and torch.equal(states[0], states[1])
+
+
+def _gate_inputs(tokens, heads, dtype, seed=1):
+    """a, b as the model passes them: [T, HV] views of one projection output (row stride > HV), A_log, dt_bias."""
+    gen = torch.Generator().manual_seed(seed)
+    proj = (4 * torch.randn(tokens, 2 * heads + 3, generator=gen)).to(dtype).to(DEVICE)
+    a_log, dt_bias = (torch.randn(heads, generator=gen).to(DEVICE) for _ in range(2))
+    return proj[:, 3 : 3 + heads], proj[:, 3 + heads :], a_log, dt_bias
+
+
+GATED_CASES = [([1, 2, 3, 0, 70, 5], 40, 4, 6, torch.float32, 16), ([4, 1, 33], 32, 4, 32, torch.float16, 8)]
+if CUDA:
+    GATED_CASES += [([1, 2, 3, 0, 700, 5, 1024], 8192, 4, 32, torch.bfloat16, None)]
+
+
+@pytest.mark.parametrize("lens,d,width,heads,dtype,block_t", GATED_CASES)
+def test_gates_column(lens, d, width, heads, dtype, block_t):
+    """With ``gates`` the conv output and state are the plain call's bit for bit, and g, beta (NaN-poisoned
+    scratch is never seen: the wrapper allocates them, every row is checked) are ``gdn_gating_triton``'s bits and
+    within fp32 rounding of the reference."""
+    x, weight, state, cu, slots, init = _inputs(lens, d, width, dtype)
+    a, b, a_log, dt_bias = _gate_inputs(x.shape[0], heads, dtype)
+    s_plain, s_gated = state.clone(), state.clone()
+    plain = causal_conv1d_prefill_triton(x, weight, s_plain, cu, slots, init, block_t=block_t)
+    out, g, beta = causal_conv1d_prefill_triton(
+        x, weight, s_gated, cu, slots, init, block_t=block_t, gates=(a, b, a_log, dt_bias)
+    )
+    assert torch.equal(out, plain) and torch.equal(s_gated.nan_to_num(7.0), s_plain.nan_to_num(7.0))
+    g_kernel, beta_kernel = gdn_gating_triton(a, b, a_log, dt_bias)
+    assert torch.equal(g, g_kernel) and torch.equal(beta, beta_kernel)
+    g_ref, beta_ref = gdn_gating_reference(a, b, a_log, dt_bias)
+    assert g.dtype == torch.float32 and beta.dtype == dtype
+    assert rel_err(g, g_ref) < 1e-5 and rel_err(beta.float(), beta_ref.float()) < TOL[dtype]
+
+
+def test_gated_dispatch(monkeypatch):
+    """The op gives the conv and the gates on both paths (Triton, and the references it falls back to)."""
+    import hyserve.kernels.causal_conv1d as op
+
+    x, weight, state, cu, slots, init = _inputs([3, 5], 16, 4, torch.float32)
+    gates = _gate_inputs(x.shape[0], 4, torch.float32)
+    results = []
+    for kernels in ("triton", "reference"):
+        monkeypatch.setenv("HYSERVE_KERNELS", kernels)
+        results.append(op.causal_conv1d_prefill_gated(x, weight, state.clone(), cu, slots, init, *gates))
+    for got, want in zip(*results):
+        assert rel_err(got, want) < 1e-5
 
 
 def test_block_shorter_than_the_window_is_refused():

@@ -16,6 +16,10 @@ DRAM 19%, 19.9 us for ~8 us of bytes; docs/performance.md); with the fast path t
 4 warps) takes 17.5 us at 1024 tokens (19.1 without) and 55.8 us at 4096 (63.3), the fastest of the six tiles
 ``scripts/ncu_prefill_kernels.py --conv-sweep`` timed both ways. BT must be at least W - 1 (see below).
 
+With ``gates`` the grid has one more column: its programs compute the Gated DeltaNet's prefill gates
+(``gdn_gating``, through its own ``gates_rows``) for their block's tokens instead of the conv, which saves that
+op's launch; the gates are per token, so the conv's (sequence, block) cut covers every token once.
+
 Conv state: the new state is the last W-1 inputs of (history ++ tokens), so for a sequence shorter than
 W-1 it still holds old history rows. Only the first block of a sequence reads the history, so that
 program writes the new state (after a CTA barrier, rows in increasing order: row r takes old row L + r
@@ -29,14 +33,17 @@ import triton
 import triton.language as tl
 
 from hyserve.kernels.contracts import require
+from hyserve.kernels.gdn_gating.triton_kernel import gates_rows
 
 _CONFIG = {"BT": 32, "BD": 128, "num_warps": 4}
 
 
 @triton.jit(do_not_specialize=["N"])  # the sequence count changes every step: one variant for all
 def _conv_prefill_kernel(
-    x_ptr, w_ptr, cs_ptr, cu_ptr, idx_ptr, init_ptr, out_ptr, N, D, stride_xt, stride_ot,
+    x_ptr, w_ptr, cs_ptr, cu_ptr, idx_ptr, init_ptr, out_ptr, a_ptr, b_ptr, a_log_ptr, dt_bias_ptr, g_ptr, beta_ptr,
+    N, D, stride_xt, stride_ot, stride_at, stride_bt,
     W: tl.constexpr, BT: tl.constexpr, BD: tl.constexpr, BN: tl.constexpr, EVEN_D: tl.constexpr, FAST: tl.constexpr,
+    GATES: tl.constexpr, HV: tl.constexpr, HP: tl.constexpr,
 ):  # fmt: skip
     pid = tl.program_id(0)
     i_d = tl.program_id(1)
@@ -58,6 +65,11 @@ def _conv_prefill_kernel(
 
     rows = start + blk * BT + tl.arange(0, BT)
     mr = rows < end
+    if GATES:
+        if i_d == tl.num_programs(1) - 1:  # the extra column: the DeltaNet gates of this block's tokens
+            gates_rows(a_ptr, b_ptr, a_log_ptr, dt_bias_ptr, g_ptr, beta_ptr, rows.to(tl.int64), mr, stride_at,
+                       stride_bt, HV, HP)  # fmt: skip
+            return
     cols = i_d * BD + tl.arange(0, BD)
     mc = cols < D
     s_base = cs_ptr + slot * (W - 1) * D
@@ -122,10 +134,15 @@ def causal_conv1d_prefill_triton(
     num_warps: int | None = None,
     out: torch.Tensor | None = None,
     interior_fast_path: bool = True,
-) -> torch.Tensor:
+    gates: tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor] | None = None,
+) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Same contract as ``causal_conv1d_prefill_reference``; the keyword arguments override the config,
     ``out`` [T, D] (last dim contiguous) receives the result (else allocated). ``interior_fast_path=False``
-    sends every block through the general path (A/B timing; the output is bit-identical)."""
+    sends every block through the general path (A/B timing; the output is bit-identical).
+
+    ``gates`` (a, b [T, HV] with unit head stride, A_log, dt_bias [HV] contiguous): one more column of programs
+    computes ``gdn_gating``'s g [T, HV] fp32 and beta [T, HV] (b's dtype) of its block's tokens, with the same
+    code (the same bits), and the call returns (out, g, beta): the DeltaNet prefill's gates without a launch."""
     t, d = x.shape
     width = weight.shape[-1]
     n = state_indices.shape[0]
@@ -136,8 +153,19 @@ def causal_conv1d_prefill_triton(
     # one load per tap reads x or the slot
     require(conv_state.dtype == x.dtype, "causal_conv1d_prefill: conv_state must have x's dtype")
     out = torch.empty_like(x) if out is None else out
+    if gates is not None:
+        a, b, a_log, dt_bias = gates
+        require(
+            a.shape == b.shape and a.shape[0] == t and a.stride(1) == 1 and b.stride(1) == 1
+            and a_log.is_contiguous() and dt_bias.is_contiguous(),
+            "causal_conv1d_prefill: the gates' a, b must be [T, HV] with unit head stride, A_log and dt_bias "
+            "contiguous",
+        )  # fmt: skip
+        hv = a.shape[1]
+        g = torch.empty((t, hv), dtype=torch.float32, device=x.device)
+        beta = torch.empty((t, hv), dtype=b.dtype, device=x.device)
     if t == 0 or n == 0:
-        return out
+        return out if gates is None else (out, g, beta)
     weight = weight.reshape(d, width)
     weight = weight if weight.is_contiguous() else weight.contiguous()
     bt = block_t or _CONFIG["BT"]
@@ -145,10 +173,16 @@ def causal_conv1d_prefill_triton(
         raise ValueError(f"block_t must be at least the conv width - 1 = {width - 1}, got {bt}")
     bd = min(block_d or _CONFIG["BD"], triton.next_power_of_2(d))
     bn = max(64, triton.next_power_of_2(n))  # one variant for up to 64 sequences (no compile mid-serving)
-    _conv_prefill_kernel[(triton.cdiv(t, bt) + n, triton.cdiv(d, bd))](
-        x, weight, conv_state, cu_seqlens, state_indices, _as_int8(has_initial_state), out,
-        n, d, x.stride(0), out.stride(0),
+    if gates is None:
+        gate_args, gate_strides, hv = (x,) * 6, (0, 0), 1  # (unused pointers)
+    else:
+        gate_args, gate_strides = (a, b, a_log, dt_bias, g, beta), (a.stride(0), b.stride(0))
+    tiles_d = triton.cdiv(d, bd)
+    _conv_prefill_kernel[(triton.cdiv(t, bt) + n, tiles_d + (gates is not None))](
+        x, weight, conv_state, cu_seqlens, state_indices, _as_int8(has_initial_state), out, *gate_args,
+        n, d, x.stride(0), out.stride(0), *gate_strides,
         W=width, BT=bt, BD=bd, BN=bn, EVEN_D=d % bd == 0, FAST=interior_fast_path,
+        GATES=gates is not None, HV=hv, HP=triton.next_power_of_2(hv),
         num_warps=num_warps or _CONFIG["num_warps"],
     )  # fmt: skip
-    return out
+    return out if gates is None else (out, g, beta)

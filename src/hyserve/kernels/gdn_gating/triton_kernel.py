@@ -25,6 +25,26 @@ def softplus(x):
 
 
 @triton.jit
+def gates_rows(a_ptr, b_ptr, a_log_ptr, dt_bias_ptr, g_ptr, beta_ptr, rows, rmask, stride_a, stride_b,
+               HV: tl.constexpr, HP: tl.constexpr):  # fmt: skip
+    """g and beta of tokens ``rows`` [BT] int64 (``rmask`` [BT]) x all HV heads: the whole gate computation of a
+    program, shared by ``_gdn_gating_kernel`` and the conv kernel that computes the gates beside its conv
+    (``causal_conv1d_prefill_gated``), so both give the same bits."""
+    heads = tl.arange(0, HP)
+    hmask = heads < HV
+    mask = rmask[:, None] & hmask[None, :]
+    a_log = tl.load(a_log_ptr + heads, mask=hmask, other=0.0).to(tl.float32)
+    dt_bias = tl.load(dt_bias_ptr + heads, mask=hmask, other=0.0).to(tl.float32)
+    a = tl.load(a_ptr + rows[:, None] * stride_a + heads[None, :], mask=mask, other=0.0).to(tl.float32)
+    b = tl.load(b_ptr + rows[:, None] * stride_b + heads[None, :], mask=mask, other=0.0).to(tl.float32)
+    g = -tl.exp(a_log)[None, :] * softplus(a + dt_bias[None, :])
+    beta = tl.sigmoid(b)
+    out = rows[:, None] * HV + heads[None, :]
+    tl.store(g_ptr + out, g, mask=mask)
+    tl.store(beta_ptr + out, beta.to(beta_ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
 def _gdn_gating_kernel(
     a_ptr,
     b_ptr,
@@ -40,18 +60,7 @@ def _gdn_gating_kernel(
     BLOCK_T: tl.constexpr,
 ):
     rows = tl.program_id(0).to(tl.int64) * BLOCK_T + tl.arange(0, BLOCK_T)
-    heads = tl.arange(0, HP)
-    hmask = heads < HV
-    mask = (rows < T)[:, None] & hmask[None, :]
-    a_log = tl.load(a_log_ptr + heads, mask=hmask, other=0.0).to(tl.float32)
-    dt_bias = tl.load(dt_bias_ptr + heads, mask=hmask, other=0.0).to(tl.float32)
-    a = tl.load(a_ptr + rows[:, None] * stride_a + heads[None, :], mask=mask, other=0.0).to(tl.float32)
-    b = tl.load(b_ptr + rows[:, None] * stride_b + heads[None, :], mask=mask, other=0.0).to(tl.float32)
-    g = -tl.exp(a_log)[None, :] * softplus(a + dt_bias[None, :])
-    beta = tl.sigmoid(b)
-    out = rows[:, None] * HV + heads[None, :]
-    tl.store(g_ptr + out, g, mask=mask)
-    tl.store(beta_ptr + out, beta.to(beta_ptr.dtype.element_ty), mask=mask)
+    gates_rows(a_ptr, b_ptr, a_log_ptr, dt_bias_ptr, g_ptr, beta_ptr, rows, rows < T, stride_a, stride_b, HV, HP)
 
 
 def gdn_gating_triton(
