@@ -60,7 +60,9 @@ def _gdn_gating_kernel(
     BLOCK_T: tl.constexpr,
 ):
     rows = tl.program_id(0).to(tl.int64) * BLOCK_T + tl.arange(0, BLOCK_T)
-    gates_rows(a_ptr, b_ptr, a_log_ptr, dt_bias_ptr, g_ptr, beta_ptr, rows, rows < T, stride_a, stride_b, HV, HP)
+    gates_rows(
+        a_ptr, b_ptr, a_log_ptr, dt_bias_ptr, g_ptr, beta_ptr, rows, rows < T, stride_a, stride_b, HV, HP
+    )
 
 
 def gdn_gating_triton(
