@@ -12,7 +12,8 @@
 #          routing's GPU check (`python3 -m hyserve.kernels.moe.gpu_check --atomic-routing`, also part of the full one).
 #   PART=6 (~6 min): the DeltaNet prefill gates in the conv kernel (causal_conv1d_prefill_gated): its GPU tests, then
 #          ab_prefill.sh at LENS (128,1024) with .base = `git archive <the commit before it> src | tar -x -C .base`.
-#          Expected: gdn_gating's ~3.4 us a layer gone (~-0.1 ms at every length).
+#          Expected: gdn_gating's ~3.4 us a layer gone (~-0.1 ms at every length). Also the atomic routing's GPU check
+#          (PART=5's second half: not run since 8c3e3a6 moved it into _route_large).
 # The 12-bit packed kernels (`--pack-weights`) were timed on 2026-12-05 and are not faster (docs/performance.md):
 # `python3 -m hyserve.kernels.linear.bench --packed` and `python3 -m hyserve.kernels.moe.bench --pairs` are the
 # first gate for a new version of them. Carry .whl (and .base for PART=2).
@@ -32,6 +33,7 @@ case "${PART:-2}" in
     ;;
   6)
     TAILN=3 run conv_tests 300 python3 -m pytest -q src/hyserve/kernels/causal_conv1d src/hyserve/kernels/gdn_gating
+    TAILN=8 run atomic_check 150 python3 -m hyserve.kernels.moe.gpu_check --atomic-routing
     LENS=${LENS:-128,1024} REPS=${REPS:-7} TOP=${TOP:-14} bash scripts/device/ab_prefill.sh
     ;;
   *) echo "PART must be 2 to 6" && exit 2 ;;
