@@ -10,8 +10,10 @@
 #   PART=5 (~7 min): the 20th session's prefill cuts (last rows, atomic routing) through HTTP on one machine:
 #          scripts/device/ab_http.sh with .base = `git archive 1b65d68 src | tar -x -C .base`; then the atomic
 #          routing's GPU check (`python3 -m hyserve.kernels.moe.gpu_check --atomic-routing`, also part of the full one).
-#   PART=6 (~6 min): the DeltaNet prefill gates in the conv kernel (causal_conv1d_prefill_gated): its GPU tests, then
-#          ab_prefill.sh at LENS (128,1024) with .base = `git archive <the commit before it> src | tar -x -C .base`.
+#   PART=6 (~7 min): the DeltaNet prefill gates in the conv kernel (causal_conv1d_prefill_gated) and the grouped MoE
+#          kernels' L2 eviction hints (cfg EVICT): their GPU tests, then ab_prefill.sh at LENS (128,1024) on three
+#          trees: .base = `git archive 490beda src | tar -x -C .base` (before the gates), src, and .alt/src = src with
+#          EVICT on in the MoE table's buckets >= 128 (carry .whl, .base, .alt).
 #          Expected: gdn_gating's ~3.4 us a layer gone (~-0.1 ms at every length). Also the atomic routing's GPU check
 #          (PART=5's second half: not run since 8c3e3a6 moved it into _route_large).
 # The 12-bit packed kernels (`--pack-weights`) were timed on 2026-12-05 and are not faster (docs/performance.md):
@@ -33,8 +35,10 @@ case "${PART:-2}" in
     ;;
   6)
     TAILN=3 run conv_tests 300 python3 -m pytest -q src/hyserve/kernels/causal_conv1d src/hyserve/kernels/gdn_gating
+    TAILN=3 run moe_tests 300 python3 -m pytest -q src/hyserve/kernels/moe/test_moe.py -k "real_shapes and prefill"
     TAILN=8 run atomic_check 150 python3 -m hyserve.kernels.moe.gpu_check --atomic-routing
-    LENS=${LENS:-128,1024} REPS=${REPS:-7} TOP=${TOP:-14} bash scripts/device/ab_prefill.sh
+    SIDES=${SIDES:-before:.base/src after:src alt:.alt/src} LENS=${LENS:-128,1024} REPS=${REPS:-7} TOP=${TOP:-16} \
+      ROUNDS=${ROUNDS:-1} bash scripts/device/ab_prefill.sh
     ;;
   *) echo "PART must be 2 to 6" && exit 2 ;;
 esac

@@ -174,7 +174,7 @@ def main() -> None:
               label=f"pairs down reduce_each={red} prefetch={pre} logits={fl}")  # fmt: skip
     sum_types = {"y_ptr": BF, "out_ptr": BF}
     build(triton_prefill._sum_kernel, sum_types, dict(K_TOP=8, HAS_SHARED=True, BLOCK_T=1, BLOCK_H=256,
-          ADD_OUT=True, USE_PDL=True), 2, 1, label="scatter sum add_out=1")  # fmt: skip
+          ADD_OUT=True, Y_EVICT="evict_first", USE_PDL=True), 2, 1, label="scatter sum add_out=1 evict")  # fmt: skip
     down_types = {"h_ptr": BF, "w_ptr": BF, "sw_ptr": BF, "sorted_ptr": I32, "meta_ptr": I32, "y_ptr": BF,
                   "cnt_ptr": I32, "out_ptr": BF}  # fmt: skip
     gu_types = {"x_ptr": BF, "w_ptr": BF, "sw_ptr": BF, "sg_ptr": BF, "topk_w_ptr": F32, "sorted_ptr": I32,
@@ -191,7 +191,8 @@ def main() -> None:
             desc = f"tensordesc<bf16[{gu['BLOCK_I']}, {gu['BLOCK_K']}]>" if use_tma else BF
             consts = dict(K_TOP=8, BLOCK_M=pl["block_m"], BLOCK_I=gu["BLOCK_I"], BLOCK_K=gu["BLOCK_K"], EVEN_K=True,
                           EVEN_I=True, HAS_SHARED_GATE=True, USE_DOT=True, DOT_PREC="tf32", TMA=use_tma,
-                          STAGES=stages, USE_PDL=True)  # fmt: skip
+                          STAGES=stages, W_EVICT="evict_first" if t > 32 else "",
+                          H_EVICT="evict_last" if t > 32 else "", USE_PDL=True)  # fmt: skip
             build(triton_gate_up._gate_up_kernel, dict(gu_types, w_desc=desc, sw_desc=desc), consts,
                   gu.get("num_warps", 4), stages, label=f"grouped gate_up T={t} tma={int(use_tma)}")  # fmt: skip
         for fused, use_tma in ((False, False), (True, False), (False, True)):
@@ -199,7 +200,8 @@ def main() -> None:
             desc = f"tensordesc<bf16[{dn['BLOCK_H']}, {dn['BLOCK_K']}]>" if use_tma else BF
             consts = dict(BLOCK_M=pl["block_m"], BLOCK_H=dn["BLOCK_H"], BLOCK_K=dn["BLOCK_K"], EVEN=True,
                           DOT_PREC="tf32", FUSED_SUM=fused, K_TOP=8, HAS_SHARED=True, ADD_OUT=True, TMA=use_tma,
-                          STAGES=stages, USE_PDL=True)  # fmt: skip
+                          STAGES=stages, W_EVICT="evict_first" if t > 32 else "",
+                          Y_EVICT="evict_last" if t > 32 else "", USE_PDL=True)  # fmt: skip
             build(triton_prefill._down_kernel, dict(down_types, w_desc=desc, sw_desc=desc), consts,
                   dn.get("num_warps", 4), stages,
                   label=f"scatter down T={t} fused_sum={int(fused)} tma={int(use_tma)}")  # fmt: skip

@@ -215,11 +215,19 @@ def main() -> None:
         "idx_ptr": "*i64",
         "init_ptr": "*i8",
         "out_ptr": BF,
+        "a_ptr": BF,
+        "b_ptr": BF,
+        "a_log_ptr": BF,
+        "dt_bias_ptr": BF,
+        "g_ptr": F32,
+        "beta_ptr": BF,
     }
     c = conv._CONFIG
-    for fast in (False, True):  # the interior blocks' unmasked path off and on
-        build(conv._conv_prefill_kernel, conv_types, dict(W=4, BT=c["BT"], BD=c["BD"], BN=16, EVEN_D=True, FAST=fast),
-              c["num_warps"], label=f"conv prefill BT={c['BT']} BD={c['BD']} fast={int(fast)}")  # fmt: skip
+    # the interior blocks' unmasked path off and on, then with the DeltaNet gates' column
+    for fast, gates in ((False, False), (True, False), (True, True)):
+        consts = dict(W=4, BT=c["BT"], BD=c["BD"], BN=16, EVEN_D=True, FAST=fast, GATES=gates, HV=32, HP=32)
+        build(conv._conv_prefill_kernel, conv_types, consts, c["num_warps"],
+              label=f"conv prefill BT={c['BT']} BD={c['BD']} fast={int(fast)} gates={int(gates)}")  # fmt: skip
     if FAILED:
         raise SystemExit(f"{len(FAILED)} kernel(s) did not compile: {', '.join(FAILED)}")
 

@@ -137,6 +137,11 @@ def tma_plan() -> dict:
     }
 
 
+def evict_plan(plan: dict) -> dict:
+    """``plan`` with the L2 eviction hints of the grouped kernels on (``EVICT``: h and y kept, weights first)."""
+    return dict(plan, gate_up={**plan["gate_up"], "EVICT": 1}, down={**plan["down"], "EVICT": 1})
+
+
 def pairs_plan(fused_router: bool = False, H: int = 48, I: int = 40) -> dict:
     """The few-token path with tiles smaller than the small test dims (masked tails, several K loops)."""
     p = {
@@ -296,6 +301,8 @@ PATHS = {
     "prefill_fused_sum": lambda T: (fused_sum_plan(), True),
     "prefill_tma": lambda T: (tma_plan(), True),
     "prefill_atomic_routing": lambda T: (dict(small_plan(16, "scatter"), atomic_routing=True), True),
+    "prefill_evict": lambda T: (evict_plan(small_plan(16, "scatter")), True),
+    "prefill_tma_evict": lambda T: (evict_plan(tma_plan()), True),
     "pairs": lambda T: (pairs_plan(), False),
     "pairs_fused_router": lambda T: (pairs_plan(fused_router=True), False),
     "pairs_split_shared": lambda T: (dict(pairs_plan(fused_router=True), split_shared=True), False),
@@ -524,7 +531,7 @@ PAIRS_REAL = {
 
 @pytest.mark.skipif(not CUDA, reason="needs CUDA")
 @pytest.mark.parametrize("T", [1, 3, 8, 32, 64, 200, 1024])
-@pytest.mark.parametrize("path", ["auto", "unfused_router", "gemv", "prefill", "pairs"])
+@pytest.mark.parametrize("path", ["auto", "unfused_router", "gemv", "prefill", "prefill_evict", "pairs"])
 def test_real_shapes_cuda(T: int, path: str) -> None:
     E, top_k, H, I = 256, 8, 2048, 512
     if path in ("gemv", "unfused_router", "pairs") and T > 64:
@@ -543,6 +550,7 @@ def test_real_shapes_cuda(T: int, path: str) -> None:
     else:
         plan = fit_plan(dict(get_plan(max(T, 256), E, H, I, top_k, torch.bfloat16)), H, I)
         plan["down_mode"], plan["block_m"] = "scatter", max(16, plan["block_m"])
+        plan = evict_plan(plan) if path == "prefill_evict" else plan
         force = True
     out = run_triton(d, top_k, plan, force)
     ref = fused_moe_reference(

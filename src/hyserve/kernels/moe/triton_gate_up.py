@@ -91,10 +91,13 @@ def _gate_up_kernel(
     DOT_PREC: tl.constexpr,
     TMA: tl.constexpr,
     STAGES: tl.constexpr,
+    W_EVICT: tl.constexpr,
+    H_EVICT: tl.constexpr,
     USE_PDL: tl.constexpr,
 ):
     """w_desc, sw_desc: the routed and the shared experts' [BLOCK_I, BLOCK_K] descriptors when TMA (else
-    unused)."""
+    unused). W_EVICT, H_EVICT: the L2 eviction policy of the pointer-loaded weight tiles and of the h stores
+    ("" or "evict_first" / "evict_last", the cfg's ``EVICT``)."""
     wait_for_previous(USE_PDL)
     n = tl.program_id(0)  # fastest: the N-tiles of a block run back to back (its x / h rows stay in L2)
     b = tl.program_id(1)
@@ -132,12 +135,12 @@ def _gate_up_kernel(
             k = k0 + kk
             xt = tl.load(x_rows[:, None] + k[None, :], mask=rmask[:, None] & (k[None, :] < H), other=0.0)
             if EVEN_K and EVEN_I:
-                wg = tl.load(g_rows[None, :] + k[:, None])
-                wu = tl.load(u_rows[None, :] + k[:, None])
+                wg = tl.load(g_rows[None, :] + k[:, None], eviction_policy=W_EVICT)
+                wu = tl.load(u_rows[None, :] + k[:, None], eviction_policy=W_EVICT)
             else:
                 wm = (k[:, None] < H) & imask[None, :]
-                wg = tl.load(g_rows[None, :] + k[:, None], mask=wm, other=0.0)
-                wu = tl.load(u_rows[None, :] + k[:, None], mask=wm, other=0.0)
+                wg = tl.load(g_rows[None, :] + k[:, None], mask=wm, other=0.0, eviction_policy=W_EVICT)
+                wu = tl.load(u_rows[None, :] + k[:, None], mask=wm, other=0.0, eviction_policy=W_EVICT)
             acc_g = tl.dot(xt, wg, acc_g, input_precision=DOT_PREC)
             acc_u = tl.dot(xt, wu, acc_u, input_precision=DOT_PREC)
     else:
@@ -173,6 +176,7 @@ def _gate_up_kernel(
         h_ptr + pos[:, None].to(tl.int64) * I + ii[None, :],
         h.to(h_ptr.dtype.element_ty),
         mask=rmask[:, None] & imask[None, :],
+        eviction_policy=H_EVICT,
     )
 
 
@@ -194,7 +198,9 @@ def gate_up(
     cfg: dict,
 ) -> torch.Tensor:
     """-> h [N + T, I] (see the module docstring). cfg: BLOCK_I, BLOCK_K, num_warps, num_stages, TMA
-    (optional, block_m >= 16: the weights through tensor descriptors; ignored where none can be made)."""
+    (optional, block_m >= 16: the weights through tensor descriptors; ignored where none can be made), EVICT
+    (optional: h stored "evict_last", so that the down kernel finds it in L2 behind the weight stream, and
+    pointer-loaded weights "evict_first")."""
     T, H = x.shape
     E, two_i, _ = w_gate_up.shape
     inter = two_i // 2
@@ -247,6 +253,8 @@ def gate_up(
         DOT_PREC=dot_precision(x.dtype),
         TMA=descs is not None,
         STAGES=stages,
+        W_EVICT="evict_first" if cfg.get("EVICT") else "",
+        H_EVICT="evict_last" if cfg.get("EVICT") else "",
         num_warps=cfg.get("num_warps", 4),
         num_stages=stages,
     )

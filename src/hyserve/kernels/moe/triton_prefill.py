@@ -85,10 +85,13 @@ def _down_kernel(
     ADD_OUT: tl.constexpr,
     TMA: tl.constexpr,
     STAGES: tl.constexpr,
+    W_EVICT: tl.constexpr,
+    Y_EVICT: tl.constexpr,
     USE_PDL: tl.constexpr,
 ):
     """w_desc, sw_desc: the routed and the shared experts' [BLOCK_H, BLOCK_K] descriptors when TMA (else
-    unused)."""
+    unused). W_EVICT, Y_EVICT: the L2 eviction policy of the pointer-loaded weight tiles and of the y stores
+    ("" or "evict_first" / "evict_last", the cfg's ``EVICT``)."""
     wait_for_previous(USE_PDL)
     n = tl.program_id(0)  # fastest: the H-tiles of a block run back to back (its h rows stay in L2)
     b = tl.program_id(1)
@@ -116,14 +119,16 @@ def _down_kernel(
             k = k0 + kk
             ht = tl.load(h_rows[:, None] + k[None, :], mask=rmask[:, None] & (k[None, :] < I), other=0.0)
             if EVEN:
-                wt = tl.load(w_rows[None, :] + k[:, None])
+                wt = tl.load(w_rows[None, :] + k[:, None], eviction_policy=W_EVICT)
             else:
-                wt = tl.load(w_rows[None, :] + k[:, None], mask=(k[:, None] < I) & hmask[None, :], other=0.0)
+                wmask = (k[:, None] < I) & hmask[None, :]
+                wt = tl.load(w_rows[None, :] + k[:, None], mask=wmask, other=0.0, eviction_policy=W_EVICT)
             acc = tl.dot(ht, wt, acc, input_precision=DOT_PREC)
     tl.store(
         y_ptr + dest[:, None] * H + hh[None, :],
         acc.to(y_ptr.dtype.element_ty),
         mask=rmask[:, None] & hmask[None, :],
+        eviction_policy=Y_EVICT,
     )
     if FUSED_SUM:
         tok = tl.where(pos >= N, pos - N, pair // K_TOP)
@@ -133,17 +138,27 @@ def _down_kernel(
 
 @triton.jit
 def _sum_rows(y_ptr, out_ptr, stride_ot, t64, m, hh, N, H, K_TOP: tl.constexpr, HAS_SHARED: tl.constexpr,
-              ADD_OUT: tl.constexpr, CACHE: tl.constexpr):  # fmt: skip
+              ADD_OUT: tl.constexpr, CACHE: tl.constexpr, EVICT: tl.constexpr):  # fmt: skip
     """out[t, hh] (+)= sum_j y[t*k + j, hh] + y[N + t, hh] for the rows t64 [R] under mask m [R, BH], in fp32
-    in this order, then one cast; y read with the load cache modifier CACHE."""
+    in this order, then one cast; y read with the load cache modifier CACHE and eviction policy EVICT."""
     acc = tl.zeros(m.shape, dtype=tl.float32)
     for j in tl.static_range(K_TOP):
         y = tl.load(
-            y_ptr + (t64 * K_TOP + j)[:, None] * H + hh[None, :], mask=m, other=0.0, cache_modifier=CACHE
+            y_ptr + (t64 * K_TOP + j)[:, None] * H + hh[None, :],
+            mask=m,
+            other=0.0,
+            cache_modifier=CACHE,
+            eviction_policy=EVICT,
         )
         acc += y.to(tl.float32)
     if HAS_SHARED:
-        y = tl.load(y_ptr + (N + t64)[:, None] * H + hh[None, :], mask=m, other=0.0, cache_modifier=CACHE)
+        y = tl.load(
+            y_ptr + (N + t64)[:, None] * H + hh[None, :],
+            mask=m,
+            other=0.0,
+            cache_modifier=CACHE,
+            eviction_policy=EVICT,
+        )
         acc += y.to(tl.float32)
     o_ptrs = out_ptr + t64[:, None] * stride_ot + hh[None, :]
     if ADD_OUT:  # out is the residual stream: out += the MoE output, in fp32 before the one cast
@@ -167,7 +182,7 @@ def _sum_last(y_ptr, cnt_ptr, out_ptr, stride_ot, tok, rmask, n, N, H, NH, BLOCK
         for c in range(0, BLOCK_H, SUB):
             hh = n * BLOCK_H + c + tl.arange(0, SUB)
             m = last[:, None] & (hh < H)[None, :]
-            _sum_rows(y_ptr, out_ptr, stride_ot, t64, m, hh, N, H, K_TOP, HAS_SHARED, ADD_OUT, ".cg")
+            _sum_rows(y_ptr, out_ptr, stride_ot, t64, m, hh, N, H, K_TOP, HAS_SHARED, ADD_OUT, ".cg", "")
         tl.store(c_ptrs, 0, mask=last)
 
 
@@ -184,13 +199,14 @@ def _sum_kernel(
     BLOCK_T: tl.constexpr,
     BLOCK_H: tl.constexpr,
     ADD_OUT: tl.constexpr,
+    Y_EVICT: tl.constexpr,
     USE_PDL: tl.constexpr,
 ):
     wait_for_previous(USE_PDL)
     t = tl.program_id(0) * BLOCK_T + tl.arange(0, BLOCK_T)
     hh = tl.program_id(1) * BLOCK_H + tl.arange(0, BLOCK_H)
     m = (t < T)[:, None] & (hh < H)[None, :]
-    _sum_rows(y_ptr, out_ptr, stride_ot, t.to(tl.int64), m, hh, N, H, K_TOP, HAS_SHARED, ADD_OUT, "")
+    _sum_rows(y_ptr, out_ptr, stride_ot, t.to(tl.int64), m, hh, N, H, K_TOP, HAS_SHARED, ADD_OUT, "", Y_EVICT)
 
 
 def down_scatter_sum(
@@ -209,7 +225,9 @@ def down_scatter_sum(
 ) -> torch.Tensor:
     """h [N + T, I] -> out [T, H]; with ``add_out`` the result is added to out's contents (the residual
     stream). cfg: BLOCK_H, BLOCK_K, num_warps, num_stages; ``fused_sum`` (default False): the sum in the down
-    kernel's tail (one launch) instead of ``_sum_kernel``."""
+    kernel's tail (one launch) instead of ``_sum_kernel``; ``EVICT`` (optional): y stored "evict_last" and
+    read by the sum "evict_first", pointer-loaded weights "evict_first", so that y waits in L2 behind the
+    weight stream instead of going to HBM and back."""
     E, H, inter = w_down.shape
     require(w_down.stride(2) == 1, "the scatter down needs w_down with a contiguous last dim")
     require(block_m >= 16, "the scatter down needs block_m >= 16 (its tiles are tensor-core dots)")
@@ -264,19 +282,27 @@ def down_scatter_sum(
         ADD_OUT=add_out,
         TMA=descs is not None,
         STAGES=stages,
+        W_EVICT="evict_first" if cfg.get("EVICT") else "",
+        Y_EVICT="evict_last" if cfg.get("EVICT") else "",
         num_warps=cfg.get("num_warps", 4),
         num_stages=stages,
     )
     if fused:
         return out
-    return sum_rows(y, out, T, k_top, has_shared, add_out)
+    return sum_rows(y, out, T, k_top, has_shared, add_out, evict=bool(cfg.get("EVICT")))
 
 
 def sum_rows(
-    y: torch.Tensor, out: torch.Tensor, T: int, k_top: int, has_shared: bool, add_out: bool
+    y: torch.Tensor,
+    out: torch.Tensor,
+    T: int,
+    k_top: int,
+    has_shared: bool,
+    add_out: bool,
+    evict: bool = False,
 ) -> torch.Tensor:
     """out [T, H] (+)= the sum over each token's k (+ 1 shared) rows of the per-pair y [T*k + T, H]
-    (``_sum_kernel``); returns out."""
+    (``_sum_kernel``; ``evict``: y read "evict_first", its last use); returns out."""
     n, H = T * k_top, y.shape[1]
     # decode-sized T: one token and a quarter row per program, so even T = 32 fills the SMs (4 tokens x 1024
     # per program left 16 programs at T = 32: 7 us a layer on the H200 for 1 MB)
@@ -297,6 +323,7 @@ def sum_rows(
         BLOCK_T=bt,
         BLOCK_H=bhs,
         ADD_OUT=add_out,
+        Y_EVICT="evict_first" if evict else "",
         num_warps=4 if big else 2,
     )
     return out
