@@ -18,6 +18,7 @@ from hyserve.kernels.causal_conv1d.reference import (
 )
 from hyserve.kernels.dispatch import triton_enabled
 from hyserve.kernels.gdn_gating import gdn_gating
+from hyserve.kernels.gdn_gating import triton_supported as gates_supported
 
 _DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 
@@ -67,15 +68,7 @@ def causal_conv1d_prefill_gated(
     """``causal_conv1d_prefill`` and ``gdn_gating(a, b, A_log, dt_bias)`` (a, b [T, HV] views of the projection,
     A_log, dt_bias [HV]) -> (out [T, D], g [T, HV] fp32, beta [T, HV]); one launch on Triton. Every token of
     x must belong to a sequence of ``cu_seqlens`` (its last entry is T)."""
-    if (
-        _triton_ok(x, weight, conv_state, cu_seqlens, state_indices)
-        and a.dtype in _DTYPES
-        and b.dtype in _DTYPES
-        and a.stride(1) == 1
-        and b.stride(1) == 1
-        and A_log.is_contiguous()
-        and dt_bias.is_contiguous()
-    ):
+    if _triton_ok(x, weight, conv_state, cu_seqlens, state_indices) and gates_supported(a, b, A_log, dt_bias):
         from hyserve.kernels.causal_conv1d.triton_kernel import causal_conv1d_prefill_triton
 
         return causal_conv1d_prefill_triton(
