@@ -16,7 +16,7 @@ DRAM 19%, 19.9 us for ~8 us of bytes; docs/performance.md); with the fast path t
 4 warps) takes 17.5 us at 1024 tokens (19.1 without) and 55.8 us at 4096 (63.3), the fastest of the six tiles
 ``scripts/ncu_prefill_kernels.py --conv-sweep`` timed both ways. BT must be at least W - 1 (see below).
 
-With ``gates`` the grid has one more column: its programs compute the Gated DeltaNet's prefill gates
+With ``gates`` the grid has one more column (the first): its programs compute the Gated DeltaNet's prefill gates
 (``gdn_gating``, through its own ``gates_rows``) for their block's tokens instead of the conv, which saves that
 op's launch; the gates are per token, so the conv's (sequence, block) cut covers every token once.
 
@@ -66,10 +66,13 @@ def _conv_prefill_kernel(
     rows = start + blk * BT + tl.arange(0, BT)
     mr = rows < end
     if GATES:
-        if i_d == tl.num_programs(1) - 1:  # the extra column: the DeltaNet gates of this block's tokens
+        # column 0 computes the DeltaNet gates of this block's tokens: scheduled first, it runs beside the conv
+        # programs instead of in the launch's tail
+        if i_d == 0:
             gates_rows(a_ptr, b_ptr, a_log_ptr, dt_bias_ptr, g_ptr, beta_ptr, rows.to(tl.int64), mr, stride_at,
                        stride_bt, HV, HP)  # fmt: skip
             return
+        i_d -= 1
     cols = i_d * BD + tl.arange(0, BD)
     mc = cols < D
     s_base = cs_ptr + slot * (W - 1) * D
