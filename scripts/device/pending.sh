@@ -13,7 +13,11 @@
 #   PART=6 (~7 min): the DeltaNet prefill gates in the conv kernel (causal_conv1d_prefill_gated) and the grouped MoE
 #          kernels' L2 eviction hints (cfg EVICT): their GPU tests, then ab_prefill.sh at LENS (128,1024) on three
 #          trees: .base = `git archive 490beda src | tar -x -C .base` (before the gates), src, and .alt/src = src with
-#          EVICT on in the MoE table's buckets >= 128 (carry .whl, .base, .alt).
+#          EVICT on in the MoE table's buckets >= 128 (carry .whl, .base, .alt). Make .alt with
+#          rm -rf .alt && mkdir .alt && cp -r src .alt/ && python3 -c "import json; p = '.alt/src/hyserve/kernels/moe/\
+#          configs/E256_H2048_I512_bfloat16.json'; d = json.load(open(p)); [v[k].update(EVICT=1) for b, v in \
+#          d['buckets'].items() if v['down_mode'] == 'scatter' and int(b) >= 128 for k in ('gate_up', 'down')]; \
+#          json.dump(d, open(p, 'w'), indent=1)"
 #          Expected: gdn_gating's ~3.4 us a layer gone (~-0.1 ms at every length). Also the atomic routing's GPU check
 #          (PART=5's second half: not run since 8c3e3a6 moved it into _route_large).
 # The 12-bit packed kernels (`--pack-weights`) were timed on 2026-12-05 and are not faster (docs/performance.md):
