@@ -20,7 +20,9 @@ of the layer: gate_up is E x N=2I x K=H, down is E x N=H x K=I). The file maps a
      "down": {"BLOCK_H": 16, "BLOCK_K": 128, "num_warps": 4, "num_stages": 4}}
 
 ``block_m < 16`` selects the GEMV (no tensor core) variants and requires ``down_mode == "reduce"``. The
-"pairs" kernels' ``gate_up`` / ``down`` configs may add ``REDUCE_EACH`` and ``PREFETCH`` (``triton_pairs``).
+"pairs" kernels' ``gate_up`` / ``down`` configs may add ``REDUCE_EACH`` and ``PREFETCH`` (``triton_pairs``); the
+"scatter" ones ``EVICT`` (L2 eviction hints: h and y kept for their next kernel, the weights evicted first;
+``triton_gate_up``, ``triton_prefill``).
 Without a file, ``default_plan`` gives sane untuned values; ``tune.py`` writes the file on the H200.
 """
 
