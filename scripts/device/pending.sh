@@ -20,6 +20,10 @@
 #          json.dump(d, open(p, 'w'), indent=1)"
 #          Expected: gdn_gating's ~3.4 us a layer gone (~-0.1 ms at every length). Also the atomic routing's GPU check
 #          (PART=5's second half: not run since 8c3e3a6 moved it into _route_large).
+#   PART=7 (~7 min): the whole GPU kernel suite (scripts/device/kernel_tests.sh): last passed at 1375172, before the
+#          atomic routing, the last-rows path, the conv's gates column and EVICT.
+# Suggested order for a fresh session: PART=6; then, with EVICT on in the table if it won, verify_serve.sh (the HTTP
+# table and `hyserve verify` at that commit); then PART=7.
 # The 12-bit packed kernels (`--pack-weights`) were timed on 2026-12-05 and are not faster (docs/performance.md):
 # `python3 -m hyserve.kernels.linear.bench --packed` and `python3 -m hyserve.kernels.moe.bench --pairs` are the
 # first gate for a new version of them. Carry .whl (and .base for PART=2).
@@ -44,5 +48,6 @@ case "${PART:-2}" in
     SIDES=${SIDES:-before:.base/src after:src alt:.alt/src} LENS=${LENS:-128,1024} REPS=${REPS:-7} TOP=${TOP:-16} \
       ROUNDS=${ROUNDS:-1} bash scripts/device/ab_prefill.sh
     ;;
-  *) echo "PART must be 2 to 6" && exit 2 ;;
+  7) bash scripts/device/kernel_tests.sh ;;
+  *) echo "PART must be 2 to 7" && exit 2 ;;
 esac
