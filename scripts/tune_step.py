@@ -2,7 +2,7 @@
 
 usage: python scripts/tune_step.py --model DIR --load-format dummy --kv-cache-memory-gb 8 --max-num-seqs 8
        --max-model-len 8192 [--batch 1] [--prompt-len 384] [--replays 300] [--noise-us 3]
-       [--groups gemv,moe,gdn,attention] [--passes 1] [--out DIR]   (--groups may add "screen", "options",
+       [--groups gemv,moe,gdn,attention] [--passes 1] [--out DIR]   (--groups may add "screen", "options", "qk",
        "l2pf", "regs", "packed": the tiles of the kernels over --pack-weights' copies) [--shapes 12608x2048,...]
 
 Per variant: its plans patched into the kernels' tables (the GEMV plans, the MoE bucket, the DeltaNet step's
@@ -132,9 +132,12 @@ def knobs(groups: set[str], state: dict, batch: int = 1, only: tuple[str, ...] =
             Knob(("moe", "down", "PREFETCH"), (None, True)),
             Knob(("moe", "split_shared"), (None, True)),
             Knob(("moe", "topk_in_experts"), (None, True)),
+            Knob(("attention", "fused_qk"), (False, True)),  # attention.decode_attention's one kernel
         ]
         if batch == 1:
             out.append(Knob(("attention", "fused_reduce"), (False, True)))
+    if "qk" in groups:  # the one knob alone: a quick A/B of decode_attention's one kernel against two
+        out.append(Knob(("attention", "fused_qk"), (False, True)))
     if "regs" in groups:  # a register cap (more programs an SM, maybe spills): the pairs kernels, the GEMVs
         out += [Knob(("moe", part, "maxnreg"), (None, 56, 64, 72)) for part in ("gate_up", "down")]
         if batch == 1:
@@ -338,7 +341,7 @@ def main() -> None:
     parser.add_argument("--replays", type=int, default=300)
     parser.add_argument("--noise-us", type=float, default=3.0)
     parser.add_argument(
-        "--groups", default="gemv,moe,gdn,attention", help="also: screen, options, l2pf, regs, packed"
+        "--groups", default="gemv,moe,gdn,attention", help="also: screen, options, qk, l2pf, regs, packed"
     )
     parser.add_argument("--passes", type=int, default=1)
     parser.add_argument("--out", default=os.environ.get("OUT", "/tmp/tune_step"))

@@ -74,6 +74,26 @@ def test_prefill_then_decode_steps_match_transformers(checkpoint, triton_kernels
         assert rel_err(got[pos], expected[pos]) < REL_TOL, pos
 
 
+def test_decode_attention_fused_qk_matches_transformers(checkpoint, triton_kernels, monkeypatch):
+    """With the decode config's ``fused_qk`` the single-token steps' attention runs as one kernel (the q/k norm,
+    RoPE and KV store inside the paged decode) and still matches transformers."""
+    attn = importlib.import_module("hyserve.kernels.attention")
+    qk = importlib.import_module("hyserve.kernels.attention.triton_decode_qk")
+    config = attn._configs()["decode"]
+    monkeypatch.setitem(config, "default", {**config["default"], "fused_qk": True})
+    fused = []
+    real = qk.paged_decode_qk
+    monkeypatch.setattr(qk, "paged_decode_qk", lambda *a, **kw: fused.append(1) or real(*a, **kw))
+    path, ref = checkpoint
+    llm = LLM(str(path), device="cpu", dtype="float32", progress=False, max_model_len=128)
+    ids = torch.randint(0, 500, (24,), generator=torch.Generator().manual_seed(8)).tolist()
+    expected = ref(torch.tensor([ids])).logits[0]
+    got = _score(llm, ids, [20, 1, 1, 1, 1])
+    assert len(fused) == 4 * 2  # four single-token steps, two attention layers
+    for pos in range(20, 24):
+        assert rel_err(got[pos], expected[pos]) < REL_TOL, pos
+
+
 def test_routed_projections_match_transformers(checkpoint, triton_kernels, monkeypatch):
     """With the router's rows in the mixers' projections (layers/routed_projection.py), the single-token steps
     route inside the out-projections (no router launch) and still match transformers; the prefill is untouched."""

@@ -73,12 +73,14 @@ def test_chunked_prefill_and_decode_steps_match(checkpoint):
 
 
 def test_fresh_prompts_attend_over_their_own_rows(checkpoint, monkeypatch):
-    """A lone prompt's first chunk takes ``causal_attention`` (no cache reads); a later chunk, decode steps
-    and a batch of prompts take ``paged_attention``; the logits match transformers either way."""
+    """A lone prompt's first chunk takes ``causal_attention`` (no cache reads); a later chunk and a batch of
+    prompts take ``paged_attention``, decode steps ``decode_attention`` (both read the cache: "paged" here); the
+    logits match transformers either way."""
     import hyserve.kernels as ops
 
     calls = {"causal": 0, "paged": 0}
-    for name, key in (("causal_attention", "causal"), ("paged_attention", "paged")):
+    pairs = (("causal_attention", "causal"), ("paged_attention", "paged"), ("decode_attention", "paged"))
+    for name, key in pairs:
         real = getattr(ops, name)
         monkeypatch.setattr(
             ops, name, lambda *a, _r=real, _k=key, **kw: calls.__setitem__(_k, calls[_k] + 1) or _r(*a, **kw)

@@ -22,6 +22,11 @@
 #          (PART=5's second half: not run since 8c3e3a6 moved it into _route_large).
 #   PART=7 (~7 min): the whole GPU kernel suite (scripts/device/kernel_tests.sh): last passed at 1375172, before the
 #          atomic routing, the last-rows path, the conv's gates column and EVICT.
+#   PART=8 (~6 min): decode_attention as one kernel (the decode config's fused_qk; q/k norm, RoPE and KV store inside
+#          the paged decode's split kernel, triton_decode_qk.py): its GPU tests at the model's shapes, the
+#          `attention.bench --qk` pairs, then the B=1 step with it off and on (tune_step.py --groups qk). Expected:
+#          the qk_norm_rope_store launch gone (22.8 us added to the step over 10 layers), less what the split kernel
+#          gains (the q norm and RoPE before its first dot; the k row in one program): ~-10 to -15 us a step.
 # Suggested order for a fresh session: PART=6; then, with EVICT on in the table if it won, verify_serve.sh (the HTTP
 # table and `hyserve verify` at that commit); then PART=7.
 # The 12-bit packed kernels (`--pack-weights`) were timed on 2026-12-05 and are not faster (docs/performance.md):
@@ -49,5 +54,10 @@ case "${PART:-2}" in
       ROUNDS=${ROUNDS:-1} bash scripts/device/ab_prefill.sh
     ;;
   7) bash scripts/device/kernel_tests.sh ;;
-  *) echo "PART must be 2 to 7" && exit 2 ;;
+  8)
+    TAILN=3 run attention_tests 300 python3 -m pytest -q src/hyserve/kernels/attention
+    TAILN=14 run qk_bench 120 python3 -m hyserve.kernels.attention.bench --qk
+    NAME=qk BATCH=1 KNOBS=qk PASSES=1 REPLAYS=300 LIMIT=240 bash scripts/device/tune_step.sh
+    ;;
+  *) echo "PART must be 2 to 8" && exit 2 ;;
 esac

@@ -7,7 +7,7 @@ its inputs: the Triton kernel where one exists for the device and dtype, else th
 
 from hyserve.kernels.activation import silu_and_mul
 from hyserve.kernels.argmax import logits_argmax
-from hyserve.kernels.attention import causal_attention, paged_attention, store_kv
+from hyserve.kernels.attention import causal_attention, decode_attention, paged_attention, store_kv
 from hyserve.kernels.causal_conv1d import (
     causal_conv1d_decode,
     causal_conv1d_prefill,
@@ -28,6 +28,7 @@ __all__ = [
     "causal_conv1d_decode",
     "causal_conv1d_prefill",
     "causal_conv1d_prefill_gated",
+    "decode_attention",
     "fused_moe",
     "gated_delta_rule_decode",
     "gated_delta_rule_prefill",

@@ -21,6 +21,7 @@ import torch
 
 from hyserve.kernels.argmax import triton_kernel as argmax
 from hyserve.kernels.attention import triton_decode as attn
+from hyserve.kernels.attention import triton_decode_qk as attn_qk
 from hyserve.kernels.attention import triton_store_kv as store_kv
 from hyserve.kernels.gated_delta_rule.aot_check import BF, F32, FAILED, build
 from hyserve.kernels.greedy_head import triton_kernel as greedy
@@ -223,6 +224,17 @@ def main() -> None:
             2,
             label=f"paged decode split single={single} fused={fused}",
         )
+    att_qk_types = {"q_ptr": BF, "k_ptr": BF, "v_ptr": BF, "qw_ptr": BF, "kw_ptr": BF, "cos_ptr": F32, "sin_ptr": F32,
+                    "pos_ptr": "*i64", "slot_ptr": "*i64", "k_cache_ptr": BF, "v_cache_ptr": BF, "bt_ptr": I32,
+                    "seq_lens_ptr": I32, "cu_q_ptr": I32, "gate_ptr": BF, "out_ptr": BF, "part_o_ptr": F32,
+                    "part_lse_ptr": F32, "counter_ptr": I32, "qk_scale": "fp32", "eps": "fp32"}  # fmt: skip
+    # the split kernel with the q/k norm, RoPE and KV store inside
+    for single, fused in ((0, 0), (1, 0), (0, 1)):
+        consts = dict(G=8, G_PAD=16, D=256, BLOCK_D=256, BLOCK_N=32, PAGE=16, ROT=64, SINGLE=single,
+                      FUSED_REDUCE=fused, MERGE_CHUNK=attn.MERGE_CHUNK, HAS_GATE=True, DOT_PREC="tf32",
+                      USE_PDL=True)  # fmt: skip
+        build(attn_qk._paged_decode_qk_split_kernel, att_qk_types, consts, 4, 2,
+              label=f"paged decode qk split single={single} fused={fused}")  # fmt: skip
     red_att = {"part_o_ptr": F32, "part_lse_ptr": F32, "seq_lens_ptr": I32, "cu_q_ptr": I32, "gate_ptr": BF,
                "out_ptr": BF}  # fmt: skip
     build(attn._paged_decode_reduce_kernel, red_att, dict(D=256, BLOCK_D=256, BLOCK_N=64, S_PAD=16, HAS_GATE=True,

@@ -192,6 +192,26 @@ class Attention(nn.Module):
             ops.store_kv(k, v, k_cache, v_cache, batch.slot_mapping)
             o = ops.causal_attention(q, k, v, self.scale, gate=gate)
             return self.o_proj(o.reshape(t, -1), residual=x)
+        if batch.is_decode and rows is None:  # one new token a sequence: q/k norm, RoPE, KV store, attention
+            o = ops.decode_attention(
+                q,
+                k,
+                v,
+                self.q_norm.weight,
+                self.k_norm.weight,
+                self.eps,
+                *rope,
+                self.rotary_dim,
+                k_cache,
+                v_cache,
+                batch.slot_mapping,
+                batch.cu_seqlens_q,
+                batch.seq_lens,
+                batch.block_tables,
+                self.scale,
+                gate=gate,
+            )
+            return self.o_proj(o.reshape(t, -1), residual=x)
         # one kernel: the normed, roped q out; the normed, roped k and the raw v into the cache at the slots
         q = ops.qk_norm_rope_store(
             q,

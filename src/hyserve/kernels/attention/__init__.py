@@ -9,7 +9,8 @@ chunked prefill (a cached prefix) and decode.
 Triton dispatch: one token per sequence (``q.shape[0] == seq_lens.shape[0]``) takes the split-K decode
 kernel (no host reads: CUDA-graph safe; ``max_seq_len`` bounds its grid), anything else the varlen
 prefill kernel. Launch configs come from ``configs/attention.json``. ``causal_attention`` (``causal.py``) is the
-prefill of a prompt without a cached prefix, straight from its new rows.
+prefill of a prompt without a cached prefix, straight from its new rows; ``decode_attention`` the decode step's
+whole attention from the qkv projection (the q/k norm, RoPE and KV store, then the paged decode).
 """
 
 from __future__ import annotations
@@ -32,10 +33,22 @@ def _configs() -> dict:
     return json.loads((Path(__file__).parent / "configs" / "attention.json").read_text())
 
 
-def launch_config(kind: str, head_dim: int) -> dict:
-    """The tile config of the ``decode`` or ``prefill`` kernel for this head_dim."""
+def _entry(kind: str, head_dim: int) -> dict:
     table = _configs()[kind]
-    return dict(table.get(str(head_dim), table["default"]))
+    return table.get(str(head_dim), table["default"])
+
+
+def launch_config(kind: str, head_dim: int) -> dict:
+    """The tile config of the ``decode`` or ``prefill`` kernel for this head_dim (the kernel's keyword
+    arguments: without the decode entry's ``fused_qk``, which picks the kernel)."""
+    config = dict(_entry(kind, head_dim))
+    config.pop("fused_qk", None)
+    return config
+
+
+def fused_qk(head_dim: int) -> bool:
+    """The decode entry's ``fused_qk``: ``decode_attention`` as one kernel (``triton_decode_qk.py``)."""
+    return bool(_entry("decode", head_dim).get("fused_qk", False))
 
 
 _SAFE = {
@@ -56,7 +69,7 @@ def _launch(kind: str, fn, *args):
     except OutOfResources as e:
         safe = {**config, **_SAFE[kind]}
         warnings.warn(f"attention {kind} config {config} does not fit ({e}); using {safe}", stacklevel=3)
-        _configs()[kind][str(head_dim)] = safe
+        _configs()[kind][str(head_dim)] = {**_entry(kind, head_dim), **_SAFE[kind]}  # keeps fused_qk
         return fn(*args, **safe)
 
 
@@ -106,6 +119,53 @@ def paged_attention(
     )
 
 
+def decode_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    q_weight: torch.Tensor,
+    k_weight: torch.Tensor,
+    eps: float,
+    cos: torch.Tensor,
+    sin: torch.Tensor,
+    positions: torch.Tensor,
+    rotary_dim: int,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    slot_mapping: torch.Tensor,
+    cu_seqlens_q: torch.Tensor,
+    seq_lens: torch.Tensor,
+    block_tables: torch.Tensor,
+    scale: float,
+    gate: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """One new token per sequence, from the qkv projection's q, k, v [N, H, D] views: ``qk_norm_rope_store``
+    (its arguments up to ``slot_mapping``), then ``paged_attention`` of the normed, rotated q -> [N, Hq, D].
+    With the decode config's ``fused_qk`` (configs/attention.json) one Triton kernel does both
+    (``triton_decode_qk.py``; the same bits)."""
+    from hyserve.kernels.qk_norm_rope import qk_norm_rope_store, store_triton_ok
+
+    store = (q_weight, k_weight, eps, cos, sin, positions, rotary_dim, k_cache, v_cache, slot_mapping)
+    attend = (cu_seqlens_q, seq_lens, block_tables, scale, gate)
+    if (
+        fused_qk(q.shape[2])
+        and q.shape[0] == seq_lens.shape[0]
+        and _triton_ok(q, k_cache, v_cache, cu_seqlens_q, seq_lens, block_tables)
+        and store_triton_ok(
+            q, k, v, q_weight, k_weight, cos, sin, positions, rotary_dim, k_cache, v_cache, slot_mapping
+        )
+    ):
+        from hyserve.kernels.attention.triton_decode_qk import paged_decode_qk
+
+        if gate is not None and gate.stride(-1) != 1:
+            gate = gate.contiguous()
+        return _launch(
+            "decode", paged_decode_qk, q, k, v, *store, cu_seqlens_q, seq_lens, block_tables, scale, gate
+        )
+    q = qk_norm_rope_store(q, k, v, *store)
+    return paged_attention(q, k_cache, v_cache, *attend)
+
+
 def store_kv(
     k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, slot_mapping: torch.Tensor
 ) -> None:
@@ -128,6 +188,7 @@ from hyserve.kernels.attention.causal import causal_attention, causal_attention_
 __all__ = [
     "causal_attention",
     "causal_attention_reference",
+    "decode_attention",
     "paged_attention",
     "paged_attention_reference",
     "store_kv",

@@ -1,13 +1,14 @@
 """Micro-benchmark of the attention kernels at the model's shapes (Hq=16, Hkv=2, D=256, bf16, page 16).
 
-``python -m hyserve.kernels.attention.bench [--sweep | --sweep-prefill | --fused]``. Decode (B x ctx) is timed inside a CUDA
+``python -m hyserve.kernels.attention.bench [--sweep | --sweep-prefill | --fused | --qk]``. Decode (B x ctx) is timed inside a CUDA
 graph (as the engine runs it): KV bytes / time against 4.0 TB/s, beside torch SDPA on contiguous K/V and the
 reference. Prefill (T new tokens, optional cached prefix) is timed eagerly: TFLOP/s against 728, beside
 torch SDPA (flash backend) on contiguous K/V (``sdpa_us``) and ``causal_attention``, the engine's path for a
 prompt without a cached prefix, in a CUDA graph (``causal_us``: cuDNN, as the prefill graphs run it) and eagerly
 (``causal_eager_us``: flash). ``--sweep`` tries tile configs and prints the best as JSON
 for ``configs/attention.json``. ``--fused`` times the decode with the split partitions merged by a reduce
-launch (fused=0) and by the split kernel's last program (fused=1: the config's ``fused_reduce``) only.
+launch (fused=0) and by the split kernel's last program (fused=1: the config's ``fused_reduce``) only; ``--qk``
+``decode_attention`` as two kernels and as one (the config's ``fused_qk``) only.
 """
 
 from __future__ import annotations
@@ -263,6 +264,51 @@ def compare_fused(rep: int = 20) -> list[dict]:
     return rows
 
 
+def _qk_pair(batch: int, ctx: int, config: dict, rep: int) -> list[dict]:
+    """One shape of ``compare_qk``: the two forms' rows."""
+    from hyserve.kernels.attention.triton_decode_qk import paged_decode_qk
+    from hyserve.kernels.qk_norm_rope import rope_cos_sin
+    from hyserve.kernels.qk_norm_rope.triton_kernel import qk_norm_rope_store_triton
+
+    rot = 64
+    b = _batch((ctx,) * batch, (1,) * batch, 16, cold=True)
+    # the projection's q (first half of each [query | gate] head), gate, k, v: strided views, as the model's
+    proj = torch.randn(batch, HQ * 2 * D + 2 * HKV * D, device=DEVICE, dtype=DTYPE)
+    qg, kv = proj[:, : HQ * 2 * D].view(batch, HQ, 2 * D), proj[:, HQ * 2 * D :]
+    q, gate = qg[..., :D], qg[..., D:]
+    k, v = kv[:, : HKV * D].view(batch, HKV, D), kv[:, HKV * D :].view(batch, HKV, D)
+    qw = kw = torch.zeros(D, device=DEVICE, dtype=DTYPE)
+    cos, sin = rope_cos_sin(torch.arange(ctx, device=DEVICE), rot, 1e7)
+    pos = (b.seq_lens - 1).long()
+    rows = torch.arange(batch, device=DEVICE)
+    slots = [t[rows, pos // b.page].long() * b.page + pos % b.page for t in b.tables]
+    turn = {"i": 0}
+
+    def step(fused: bool):
+        i = turn["i"] = (turn["i"] + 1) % len(b.tables)  # the next copy's cold K/V
+        store = (qw, kw, 1e-6, cos, sin, pos, rot, b.k_cache, b.v_cache, slots[i])
+        attend = (b.cu, b.seq_lens, b.tables[i], D**-0.5, gate, ctx)
+        if fused:
+            return paged_decode_qk(q, k, v, *store, *attend, **config)
+        qn = qk_norm_rope_store_triton(q, k, v, *store)
+        return paged_decode(qn, b.k_cache, b.v_cache, *attend, **config)
+
+    pair = [
+        dict(op="decode_qk", B=batch, ctx=ctx, fused_qk=int(f), us=time_ms(functools.partial(step, f), rep=rep) * 1e3)
+        for f in (False, True)
+    ]  # fmt: skip
+    pair[1]["pct_of_unfused"] = 100 * pair[1]["us"] / pair[0]["us"]
+    return pair
+
+
+def compare_qk(rep: int = 20) -> list[dict]:
+    """``decode_attention``'s two forms at the model's shapes, pair by pair in CUDA graphs over cold K/V:
+    ``qk_norm_rope_store`` then the split kernel (fused_qk=0), and the split kernel with them inside (fused_qk=1:
+    the decode config's ``fused_qk``); the fused row's ``pct_of_unfused``: its time in % of the other's."""
+    config = launch_config("decode", D)
+    return [row for batch in (1, 8, 32) for ctx in (640, 4096) for row in _qk_pair(batch, ctx, config, rep)]
+
+
 DECODE_TILES = [(32, 4, 2), (32, 4, 3), (64, 4, 2), (64, 4, 3), (64, 8, 2), (128, 8, 2), (16, 4, 4)]
 PREFILL_TILES = [
     (64, 64, 4, 2),
@@ -363,10 +409,14 @@ def main() -> None:
     parser.add_argument("--sweep", action="store_true", help="try tile configs and print the best")
     parser.add_argument("--sweep-prefill", action="store_true", help="--sweep, the prefill tiles only")
     parser.add_argument("--fused", action="store_true", help="only the decode's fused_reduce A/B")
+    parser.add_argument("--qk", action="store_true", help="only decode_attention's fused_qk A/B")
     parser.add_argument("--no-reference", action="store_true")
     args = parser.parse_args()
     if args.fused:
         print(format_rows(compare_fused()))
+        return
+    if args.qk:
+        print(format_rows(compare_qk()))
         return
     if args.sweep or args.sweep_prefill:
         sweep(decode=not args.sweep_prefill)

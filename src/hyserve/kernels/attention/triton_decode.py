@@ -22,6 +22,8 @@ gate and resets the counter (docs/kernels.md, last-program reductions).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 import triton
 import triton.language as tl
@@ -106,6 +108,76 @@ def _merge_partitions(
 
 
 @triton.jit
+def attend_partition(
+    q, k_ptr, v_ptr, bt_row, blk, seq, kvh, split, ctx, tok, part, start, end, heads, offs_g, offs_d, mask_g, mask_d,
+    gate_ptr, out_ptr, part_o_ptr, part_lse_ptr, counter_ptr, qk_scale, stride_kb, stride_ks, stride_kh, stride_vb,
+    stride_vs, stride_vh, stride_gt, stride_gh, stride_gd, stride_ot, stride_oh, num_splits,
+    G: tl.constexpr, G_PAD: tl.constexpr, D: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_N: tl.constexpr,
+    PAGE: tl.constexpr, SINGLE: tl.constexpr, FUSED_REDUCE: tl.constexpr, MERGE_CHUNK: tl.constexpr,
+    HAS_GATE: tl.constexpr, DOT_PREC: tl.constexpr,
+):  # fmt: skip
+    """A split program's work once its q tile [G_PAD, BLOCK_D] is in registers: the online softmax over keys
+    [start, end) of KV head ``kvh`` (``blk``: the first tile's block ids), then the gated output (SINGLE), or the
+    partial and, with FUSED_REDUCE, the last program's merge. Shared by the plain split kernel and the one with the
+    q/k norm, RoPE and KV store (``triton_decode_qk.py``)."""
+    m_i = tl.full([G_PAD], float("-inf"), tl.float32)
+    l_i = tl.zeros([G_PAD], tl.float32)
+    acc = tl.zeros([G_PAD, BLOCK_D], tl.float32)
+    k_base = k_ptr + kvh * stride_kh
+    v_base = v_ptr + kvh * stride_vh
+    for n0 in range(start, end, BLOCK_N):
+        offs_n = n0 + tl.arange(0, BLOCK_N)
+        mask_n = offs_n < end
+        in_page = (offs_n % PAGE).to(tl.int64)
+        kv_mask = mask_n[:, None] & mask_d[None, :]
+        k = tl.load(
+            k_base + (blk * stride_kb + in_page * stride_ks)[:, None] + offs_d[None, :],
+            mask=kv_mask,
+            other=0.0,
+        )
+        s = tl.dot(q, tl.trans(k), input_precision=DOT_PREC) * qk_scale  # [G_PAD, BLOCK_N], log2 units
+        s = tl.where(mask_n[None, :], s, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(s, 1))
+        alpha = tl.exp2(m_i - m_new)
+        p = tl.exp2(s - m_new[:, None])
+        l_i = l_i * alpha + tl.sum(p, 1)
+        v = tl.load(
+            v_base + (blk * stride_vb + in_page * stride_vs)[:, None] + offs_d[None, :],
+            mask=kv_mask,
+            other=0.0,
+        )
+        acc = tl.dot(p.to(v.dtype), v, acc * alpha[:, None], input_precision=DOT_PREC)
+        m_i = m_new
+        nxt = offs_n + BLOCK_N  # the next tile's block ids (rotated: the first loaded before the wait)
+        blk = tl.load(bt_row + nxt // PAGE, mask=nxt < end, other=0).to(tl.int64)
+
+    nonempty = l_i > 0.0
+    o = acc / tl.where(nonempty, l_i, 1.0)[:, None]
+    out_mask = mask_g[:, None] & mask_d[None, :]
+    if SINGLE:
+        _gate_store(o, gate_ptr, out_ptr, tok, heads, offs_d, out_mask, stride_gt, stride_gh, stride_gd,
+                    stride_ot, stride_oh, HAS_GATE)  # fmt: skip
+    else:
+        lse = tl.where(nonempty, m_i + tl.log2(tl.where(nonempty, l_i, 1.0)), float("-inf"))
+        rows = (seq * (G * tl.num_programs(1)) + heads) * num_splits  # [G_PAD] partition 0's [N, Hq, S] index
+        tl.store(part_lse_ptr + rows + split, lse, mask=mask_g)
+        tl.store(part_o_ptr + (rows + split)[:, None] * D + offs_d[None, :], o, mask=out_mask)
+        if FUSED_REDUCE:
+            # every program draws a ticket, empty partitions included, so the count always reaches num_splits;
+            # the barrier puts all of this program's stores before the release
+            counter = counter_ptr + seq * tl.num_programs(1) + kvh
+            tl.debug_barrier()
+            ticket = tl.atomic_add(counter, 1, sem="acq_rel", scope="gpu")
+            if ticket == num_splits - 1:
+                used = tl.cdiv(ctx, tl.maximum(part, 1))  # as in the reduce kernel (0 for an empty context)
+                o = _merge_partitions(part_o_ptr, part_lse_ptr, rows, mask_g, offs_d, mask_d, used, D, G_PAD,
+                                      BLOCK_D, MERGE_CHUNK)  # fmt: skip
+                _gate_store(o, gate_ptr, out_ptr, tok, heads, offs_d, out_mask, stride_gt, stride_gh, stride_gd,
+                            stride_ot, stride_oh, HAS_GATE)  # fmt: skip
+                tl.store(counter, 0)  # every ticket of this launch is drawn: the next launch starts from 0
+
+
+@triton.jit
 def _paged_decode_split_kernel(
     q_ptr,
     k_ptr,
@@ -175,61 +247,12 @@ def _paged_decode_split_kernel(
         other=0.0,
     )
 
-    m_i = tl.full([G_PAD], float("-inf"), tl.float32)
-    l_i = tl.zeros([G_PAD], tl.float32)
-    acc = tl.zeros([G_PAD, BLOCK_D], tl.float32)
-    k_base = k_ptr + kvh * stride_kh
-    v_base = v_ptr + kvh * stride_vh
-    for n0 in range(start, end, BLOCK_N):
-        offs_n = n0 + tl.arange(0, BLOCK_N)
-        mask_n = offs_n < end
-        in_page = (offs_n % PAGE).to(tl.int64)
-        kv_mask = mask_n[:, None] & mask_d[None, :]
-        k = tl.load(
-            k_base + (blk * stride_kb + in_page * stride_ks)[:, None] + offs_d[None, :],
-            mask=kv_mask,
-            other=0.0,
-        )
-        s = tl.dot(q, tl.trans(k), input_precision=DOT_PREC) * qk_scale  # [G_PAD, BLOCK_N], log2 units
-        s = tl.where(mask_n[None, :], s, float("-inf"))
-        m_new = tl.maximum(m_i, tl.max(s, 1))
-        alpha = tl.exp2(m_i - m_new)
-        p = tl.exp2(s - m_new[:, None])
-        l_i = l_i * alpha + tl.sum(p, 1)
-        v = tl.load(
-            v_base + (blk * stride_vb + in_page * stride_vs)[:, None] + offs_d[None, :],
-            mask=kv_mask,
-            other=0.0,
-        )
-        acc = tl.dot(p.to(v.dtype), v, acc * alpha[:, None], input_precision=DOT_PREC)
-        m_i = m_new
-        nxt = offs_n + BLOCK_N  # the next tile's block ids (rotated: the first loaded before the wait)
-        blk = tl.load(bt_row + nxt // PAGE, mask=nxt < end, other=0).to(tl.int64)
-
-    nonempty = l_i > 0.0
-    o = acc / tl.where(nonempty, l_i, 1.0)[:, None]
-    out_mask = mask_g[:, None] & mask_d[None, :]
-    if SINGLE:
-        _gate_store(o, gate_ptr, out_ptr, tok, heads, offs_d, out_mask, stride_gt, stride_gh, stride_gd,
-                    stride_ot, stride_oh, HAS_GATE)  # fmt: skip
-    else:
-        lse = tl.where(nonempty, m_i + tl.log2(tl.where(nonempty, l_i, 1.0)), float("-inf"))
-        rows = (seq * (G * tl.num_programs(1)) + heads) * num_splits  # [G_PAD] partition 0's [N, Hq, S] index
-        tl.store(part_lse_ptr + rows + split, lse, mask=mask_g)
-        tl.store(part_o_ptr + (rows + split)[:, None] * D + offs_d[None, :], o, mask=out_mask)
-        if FUSED_REDUCE:
-            # every program draws a ticket, empty partitions included, so the count always reaches num_splits;
-            # the barrier puts all of this program's stores before the release
-            counter = counter_ptr + seq * tl.num_programs(1) + kvh
-            tl.debug_barrier()
-            ticket = tl.atomic_add(counter, 1, sem="acq_rel", scope="gpu")
-            if ticket == num_splits - 1:
-                used = tl.cdiv(ctx, tl.maximum(part, 1))  # as in the reduce kernel (0 for an empty context)
-                o = _merge_partitions(part_o_ptr, part_lse_ptr, rows, mask_g, offs_d, mask_d, used, D, G_PAD,
-                                      BLOCK_D, MERGE_CHUNK)  # fmt: skip
-                _gate_store(o, gate_ptr, out_ptr, tok, heads, offs_d, out_mask, stride_gt, stride_gh, stride_gd,
-                            stride_ot, stride_oh, HAS_GATE)  # fmt: skip
-                tl.store(counter, 0)  # every ticket of this launch is drawn: the next launch starts from 0
+    attend_partition(
+        q, k_ptr, v_ptr, bt_row, blk, seq, kvh, split, ctx, tok, part, start, end, heads, offs_g, offs_d, mask_g,
+        mask_d, gate_ptr, out_ptr, part_o_ptr, part_lse_ptr, counter_ptr, qk_scale, stride_kb, stride_ks, stride_kh,
+        stride_vb, stride_vs, stride_vh, stride_gt, stride_gh, stride_gd, stride_ot, stride_oh, num_splits, G, G_PAD,
+        D, BLOCK_D, BLOCK_N, PAGE, SINGLE, FUSED_REDUCE, MERGE_CHUNK, HAS_GATE, DOT_PREC,
+    )  # fmt: skip
 
 
 @triton.jit
@@ -327,6 +350,93 @@ def gate_strides(gate: torch.Tensor | None, num_heads: int, head_dim: int) -> tu
     return gate.stride(0), head_dim * gate.stride(1), gate.stride(1)
 
 
+@dataclass(frozen=True)
+class DecodeLaunch:
+    """What a split kernel's launch and the reduce after it share (``decode_launch``): the grid, the tiles, the
+    gate's strides and the partials. Tensors are device buffers; the rest host ints and flags."""
+
+    num_seqs: int
+    num_kv_heads: int
+    splits: int  # partitions per (sequence, KV head): the grid's last axis
+    fused: bool  # the split kernel's last program merges (no reduce launch)
+    meta: (
+        dict  # the split kernel's constexprs: G, G_PAD, D, BLOCK_D, BLOCK_N, PAGE, SINGLE, FUSED_REDUCE, ...
+    )
+    gate_arg: torch.Tensor  # the gate, or any tensor when there is none (unused)
+    gate_strides: tuple[int, int, int]  # (token, head, dim) of the gate seen as [T, Hq, D]
+    part_o: torch.Tensor  # [N, Hq, S, D] fp32 partials (``out`` when unsplit: unused)
+    part_lse: torch.Tensor  # [N, Hq, S] fp32 base-2 log-sum-exps
+    counters: torch.Tensor  # [N * Hkv] int32 tickets when fused, else any int32 tensor (unused)
+
+    @property
+    def grid(self) -> tuple[int, int, int]:
+        return (self.num_seqs, self.num_kv_heads, self.splits)
+
+
+def decode_launch(
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    seq_lens: torch.Tensor,
+    block_tables: torch.Tensor,
+    gate: torch.Tensor | None,
+    max_seq_len: int | None,
+    out: torch.Tensor,
+    num_splits: int | None,
+    block_n: int,
+    waves: float,
+    fused_reduce: bool,
+) -> DecodeLaunch:
+    """The grid, tiles and partial buffers of a decode attention of q [N, Hq, D] over the cache (see
+    ``paged_decode``, whose arguments these are)."""
+    num_seqs, num_heads, head_dim = seq_lens.shape[0], q.shape[1], q.shape[2]
+    page, num_kv_heads = k_cache.shape[1], k_cache.shape[2]
+    group = num_heads // num_kv_heads
+    max_ctx = max_seq_len if max_seq_len is not None else block_tables.shape[1] * page
+    splits = num_splits or choose_num_splits(num_seqs, num_kv_heads, max_ctx, q.device, waves)
+    fused = fused_reduce and splits > 1
+    if splits == 1:
+        part_o = part_lse = out  # unused
+    else:
+        part_o = torch.empty((num_seqs, num_heads, splits, head_dim), dtype=torch.float32, device=q.device)
+        part_lse = torch.empty((num_seqs, num_heads, splits), dtype=torch.float32, device=q.device)
+    meta = dict(
+        G=group, G_PAD=max(16, triton.next_power_of_2(group)), D=head_dim,
+        BLOCK_D=max(16, triton.next_power_of_2(head_dim)), BLOCK_N=block_n, PAGE=page, SINGLE=splits == 1,
+        FUSED_REDUCE=fused, MERGE_CHUNK=MERGE_CHUNK, HAS_GATE=gate is not None,
+        DOT_PREC="ieee" if q.dtype == torch.float32 else "tf32",
+    )  # fmt: skip
+    return DecodeLaunch(
+        num_seqs=num_seqs,
+        num_kv_heads=num_kv_heads,
+        splits=splits,
+        fused=fused,
+        meta=meta,
+        gate_arg=gate if gate is not None else q,
+        gate_strides=gate_strides(gate, num_heads, head_dim),
+        part_o=part_o,
+        part_lse=part_lse,
+        counters=(ticket_counters("paged_decode", q.device, num_seqs * num_kv_heads) if fused else seq_lens),
+    )
+
+
+def reduce_partitions(
+    launch: DecodeLaunch, seq_lens: torch.Tensor, cu_seqlens_q: torch.Tensor, out: torch.Tensor
+) -> None:
+    """The reduce launch after a split kernel that left its partitions unmerged (split and not fused)."""
+    if launch.splits == 1 or launch.fused:
+        return
+    s_pad = triton.next_power_of_2(launch.splits)
+    m = launch.meta
+    _paged_decode_reduce_kernel[(launch.num_seqs, out.shape[1])](
+        launch.part_o, launch.part_lse, seq_lens, cu_seqlens_q, launch.gate_arg, out,
+        *launch.gate_strides,
+        out.stride(0), out.stride(1), launch.splits,
+        D=m["D"], BLOCK_D=m["BLOCK_D"], BLOCK_N=m["BLOCK_N"], S_PAD=s_pad,
+        HAS_GATE=m["HAS_GATE"],
+        num_warps=4 if s_pad * m["BLOCK_D"] <= 4096 else 8, **launch_options(out),
+    )  # fmt: skip
+
+
 def paged_decode(
     q: torch.Tensor,
     k_cache: torch.Tensor,
@@ -353,51 +463,24 @@ def paged_decode(
     partitions instead of a reduce launch. Its ticket counters (kernels/tickets.py) grow only outside CUDA-graph
     capture: run each batch size (with the capture's split count) eagerly first, as the engine does.
     """
-    num_tokens, num_heads, head_dim = q.shape
-    num_seqs = seq_lens.shape[0]
-    page, num_kv_heads = k_cache.shape[1], k_cache.shape[2]
-    group = num_heads // num_kv_heads
     if out is None:
         out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
-    if num_seqs == 0:
+    if seq_lens.shape[0] == 0:
         return out
-    max_ctx = max_seq_len if max_seq_len is not None else block_tables.shape[1] * page
-    splits = num_splits or choose_num_splits(num_seqs, num_kv_heads, max_ctx, q.device, waves)
-    block_d = max(16, triton.next_power_of_2(head_dim))
-    g_pad = max(16, triton.next_power_of_2(group))
-    dot_prec = "ieee" if q.dtype == torch.float32 else "tf32"
-    sg = gate_strides(gate, num_heads, head_dim)
-    gate_arg = gate if gate is not None else q
-    fused = fused_reduce and splits > 1
-    if splits == 1:
-        part_o = part_lse = out  # unused
-    else:
-        part_o = torch.empty((num_seqs, num_heads, splits, head_dim), dtype=torch.float32, device=q.device)
-        part_lse = torch.empty((num_seqs, num_heads, splits), dtype=torch.float32, device=q.device)
-    # [N * Hkv] int32, one per (sequence, KV head); unfused, any int32 tensor (unused)
-    counters = ticket_counters("paged_decode", q.device, num_seqs * num_kv_heads) if fused else seq_lens
-    _paged_decode_split_kernel[(num_seqs, num_kv_heads, splits)](
-        q, k_cache, v_cache, block_tables, seq_lens, cu_seqlens_q, gate_arg, out, part_o, part_lse, counters,
+    launch = decode_launch(
+        q, k_cache, seq_lens, block_tables, gate, max_seq_len, out, num_splits, block_n, waves, fused_reduce
+    )
+    _paged_decode_split_kernel[launch.grid](
+        q, k_cache, v_cache, block_tables, seq_lens, cu_seqlens_q, launch.gate_arg, out, launch.part_o,
+        launch.part_lse, launch.counters,
         scale * LOG2E,
         q.stride(0), q.stride(1),
         k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
         v_cache.stride(0), v_cache.stride(1), v_cache.stride(2),
         block_tables.stride(0),
-        *sg,
-        out.stride(0), out.stride(1), splits,
-        G=group, G_PAD=g_pad, D=head_dim, BLOCK_D=block_d, BLOCK_N=block_n, PAGE=page,
-        SINGLE=splits == 1, FUSED_REDUCE=fused, MERGE_CHUNK=MERGE_CHUNK,
-        HAS_GATE=gate is not None, DOT_PREC=dot_prec,
-        num_warps=num_warps, num_stages=num_stages, **launch_options(q),
+        *launch.gate_strides,
+        out.stride(0), out.stride(1), launch.splits,
+        **launch.meta, num_warps=num_warps, num_stages=num_stages, **launch_options(q),
     )  # fmt: skip
-    if splits > 1 and not fused:
-        s_pad = triton.next_power_of_2(splits)
-        _paged_decode_reduce_kernel[(num_seqs, num_heads)](
-            part_o, part_lse, seq_lens, cu_seqlens_q, gate_arg, out,
-            *sg,
-            out.stride(0), out.stride(1), splits,
-            D=head_dim, BLOCK_D=block_d, BLOCK_N=block_n, S_PAD=s_pad,
-            HAS_GATE=gate is not None,
-            num_warps=4 if s_pad * block_d <= 4096 else 8, **launch_options(q),
-        )  # fmt: skip
+    reduce_partitions(launch, seq_lens, cu_seqlens_q, out)
     return out

@@ -52,6 +52,36 @@ def qk_norm_rope(
     return qk_norm_rope_reference(q, k, q_weight, k_weight, eps, cos, sin, positions, rotary_dim)
 
 
+def store_triton_ok(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    q_weight: torch.Tensor,
+    k_weight: torch.Tensor,
+    cos: torch.Tensor,
+    sin: torch.Tensor,
+    positions: torch.Tensor,
+    rotary_dim: int,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    slot_mapping: torch.Tensor,
+) -> bool:
+    """Whether the Triton q/k norm + RoPE + KV store (``qk_norm_rope_store``, or inside the decode attention
+    kernel: ``attention.decode_attention``) takes these operands."""
+    return (
+        _triton_ok(
+            q, k, rotary_dim, v, q_weight, k_weight, cos, sin, positions, k_cache, v_cache, slot_mapping
+        )
+        and v.shape == k.shape
+        and k_cache.shape[2:] == k.shape[1:]
+        and v_cache.shape[2:] == v.shape[1:]
+        and k_cache.dtype == q.dtype
+        and v_cache.dtype == q.dtype
+        and k_cache.stride(-1) == 1
+        and v_cache.stride(-1) == 1
+    )
+
+
 def qk_norm_rope_store(
     q: torch.Tensor,
     k: torch.Tensor,
@@ -70,17 +100,8 @@ def qk_norm_rope_store(
     """See ``qk_norm_rope_store_reference``: ``qk_norm_rope`` of q [T, Hq, D], k [T, Hk, D], the new k and
     the raw v [T, Hk, D] into k_cache/v_cache [num_blocks, block_size, Hk, D] at ``slot_mapping`` [T]
     (negative: not stored) -> the new q. One kernel; CUDA-graph safe (no host reads)."""
-    if (
-        _triton_ok(
-            q, k, rotary_dim, v, q_weight, k_weight, cos, sin, positions, k_cache, v_cache, slot_mapping
-        )
-        and v.shape == k.shape
-        and k_cache.shape[2:] == k.shape[1:]
-        and v_cache.shape[2:] == v.shape[1:]
-        and k_cache.dtype == q.dtype
-        and v_cache.dtype == q.dtype
-        and k_cache.stride(-1) == 1
-        and v_cache.stride(-1) == 1
+    if store_triton_ok(
+        q, k, v, q_weight, k_weight, cos, sin, positions, rotary_dim, k_cache, v_cache, slot_mapping
     ):
         from hyserve.kernels.qk_norm_rope.triton_kernel import qk_norm_rope_store_triton
 
@@ -98,4 +119,5 @@ __all__ = [
     "qk_norm_rope_store",
     "qk_norm_rope_store_reference",
     "rope_cos_sin",
+    "store_triton_ok",
 ]

@@ -13,8 +13,8 @@ Grid: (T,); a program takes every q head and every k head (and, fused, every v h
 ([BLOCK_H, BLOCK_D] tiles), so the token's cos/sin row is loaded once. The rotation partner
 (d +- rotary_dim/2) is re-read from memory (an L1 hit) and normalised the same way rather than shuffled in
 registers. The normed value is rounded to the output dtype before the rotation, as in the reference; the
-rotation is fp32 and cast once. Both kernels run the same per-token helpers (``_token_tables``,
-``_norm_rope_heads``); the fused one points k's output at the cache slot row and adds v, as a kernel of its
+rotation is fp32 and cast once. Both kernels run the same per-token helpers (``token_tables``,
+``norm_rope_tile``); the fused one points k's output at the cache slot row and adds v, as a kernel of its
 own so that each launch passes only the operands it uses (no placeholder pointers).
 """
 
@@ -28,7 +28,7 @@ from hyserve.kernels.pdl import launch_options, wait_for_previous
 
 
 @triton.jit
-def _token_tables(
+def token_tables(
     qw_ptr,
     kw_ptr,
     cos_ptr,
@@ -59,6 +59,46 @@ def _token_tables(
 
 
 @triton.jit
+def norm_rope_tile(
+    x_row,
+    stride_xh,
+    num_h,
+    w,
+    wp,
+    partner,
+    cos,
+    sin,
+    eps,
+    D: tl.constexpr,
+    BLOCK_H: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+    ROT: tl.constexpr,
+    DTYPE: tl.constexpr,
+):
+    """Norm + rotary of one token's first ``num_h`` heads (fewer than the tile: masked loads, zero rows), read
+    from ``x_row`` (pointing at the token's head 0; head stride ``stride_xh``, unit dim stride): the
+    [BLOCK_H, BLOCK_D] tile in DTYPE. w, wp: [BLOCK_D] ``1 + weight`` at each column and at its rotation
+    ``partner`` column."""
+    HALF: tl.constexpr = ROT // 2
+    offs_h = tl.arange(0, BLOCK_H)
+    cols = tl.arange(0, BLOCK_D)
+    col_ok = cols < D
+    mask = (offs_h < num_h)[:, None] & col_ok[None, :]
+    base = x_row + offs_h[:, None] * stride_xh
+    x = tl.load(base + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+    rstd = 1.0 / tl.sqrt(tl.sum(x * x, 1) / D + eps)
+    y = (x * rstd[:, None] * w[None, :]).to(DTYPE).to(tl.float32)
+    in_rot = cols < ROT
+    first = cols < HALF  # the first half's partner is subtracted, the second half's added
+    xp = tl.load(base + partner[None, :], mask=mask & in_rot[None, :], other=0.0).to(tl.float32)
+    yp = (xp * rstd[:, None] * wp[None, :]).to(DTYPE).to(tl.float32)
+    y = tl.where(
+        in_rot[None, :], y * cos[None, :] + tl.where(first, -1.0, 1.0)[None, :] * yp * sin[None, :], y
+    )
+    return y.to(DTYPE)
+
+
+@triton.jit
 def _norm_rope_heads(
     x_row,
     stride_xh,
@@ -76,28 +116,14 @@ def _norm_rope_heads(
     BLOCK_D: tl.constexpr,
     ROT: tl.constexpr,
 ):
-    """Norm + rotary of one token's first ``num_h`` heads (fewer than the tile: masked loads and stores),
-    read from ``x_row`` and written to ``out_row`` (each pointing at the token's head 0; head strides
-    ``stride_xh``, ``stride_oh``, unit dim stride); w, wp: [BLOCK_D] ``1 + weight`` at each column and at its
-    rotation ``partner`` column."""
-    HALF: tl.constexpr = ROT // 2
+    """``norm_rope_tile`` of one token's first ``num_h`` heads written to ``out_row`` (head stride ``stride_oh``)
+    in its dtype."""
+    y = norm_rope_tile(x_row, stride_xh, num_h, w, wp, partner, cos, sin, eps, D, BLOCK_H, BLOCK_D, ROT,
+                       out_row.dtype.element_ty)  # fmt: skip
     offs_h = tl.arange(0, BLOCK_H)
     cols = tl.arange(0, BLOCK_D)
-    col_ok = cols < D
-    mask = (offs_h < num_h)[:, None] & col_ok[None, :]
-    base = x_row + offs_h[:, None] * stride_xh
-    x = tl.load(base + cols[None, :], mask=mask, other=0.0).to(tl.float32)
-    rstd = 1.0 / tl.sqrt(tl.sum(x * x, 1) / D + eps)
-    dtype = out_row.dtype.element_ty
-    y = (x * rstd[:, None] * w[None, :]).to(dtype).to(tl.float32)
-    in_rot = cols < ROT
-    first = cols < HALF  # the first half's partner is subtracted, the second half's added
-    xp = tl.load(base + partner[None, :], mask=mask & in_rot[None, :], other=0.0).to(tl.float32)
-    yp = (xp * rstd[:, None] * wp[None, :]).to(dtype).to(tl.float32)
-    y = tl.where(
-        in_rot[None, :], y * cos[None, :] + tl.where(first, -1.0, 1.0)[None, :] * yp * sin[None, :], y
-    )
-    tl.store(out_row + offs_h[:, None] * stride_oh + cols[None, :], y.to(dtype), mask=mask)
+    mask = (offs_h < num_h)[:, None] & (cols < D)[None, :]
+    tl.store(out_row + offs_h[:, None] * stride_oh + cols[None, :], y, mask=mask)
 
 
 @triton.jit
@@ -130,7 +156,7 @@ def _qk_norm_rope_kernel(
     tok = tl.program_id(0).to(tl.int64)
     # the position is a step input (written before the forward): it and the tables load before the wait
     pos = tl.load(pos_ptr + tok).to(tl.int64)
-    cos, sin, partner, qw, qwp, kw, kwp = _token_tables(
+    cos, sin, partner, qw, qwp, kw, kwp = token_tables(
         qw_ptr, kw_ptr, cos_ptr, sin_ptr, pos, stride_ct, stride_st, D, BLOCK_D, ROT
     )
     wait_for_previous(USE_PDL)
@@ -188,7 +214,7 @@ def _qk_norm_rope_store_kernel(
     # before the wait
     pos = tl.load(pos_ptr + tok).to(tl.int64)
     slot = tl.load(slot_ptr + tok).to(tl.int64)
-    cos, sin, partner, qw, qwp, kw, kwp = _token_tables(
+    cos, sin, partner, qw, qwp, kw, kwp = token_tables(
         qw_ptr, kw_ptr, cos_ptr, sin_ptr, pos, stride_ct, stride_st, D, BLOCK_D, ROT
     )
     num_kv = tl.where(slot >= 0, HK, 0)  # a negative slot (a padding token) masks every k and v head
