@@ -66,17 +66,18 @@ def _paged_decode_qk_split_kernel(
     mask_g = offs_g < G
     mask_d = offs_d < D
     heads = kvh * G + offs_g  # int64
-    q = norm_rope_tile(q_ptr + tok * stride_qt + kvh * G * stride_qh, stride_qh, G, qw, qwp, partner, cos, sin, eps,
-                       D, G_PAD, BLOCK_D, ROT, q_ptr.dtype.element_ty)  # fmt: skip
+    q, _, _, _ = norm_rope_tile(q_ptr + tok * stride_qt + kvh * G * stride_qh, stride_qh, G, qw, qwp, partner, cos,
+                                sin, eps, D, G_PAD, BLOCK_D, ROT, q_ptr.dtype.element_ty)  # fmt: skip
+    q = q.to(q_ptr.dtype.element_ty)
     new = ctx - 1  # the new token's position: it is in exactly one partition
     if (start <= new) & (new < end) & (slot >= 0):
         # its K row: two tile rows (the smallest tile), the second masked
-        k_new = norm_rope_tile(k_ptr + tok * stride_kt + kvh * stride_kh, stride_kh, 1, kw, kwp, partner, cos, sin,
-                               eps, D, 2, BLOCK_D, ROT, k_cache_ptr.dtype.element_ty)  # fmt: skip
-        rows2 = tl.arange(0, 2)
+        k_new, k_mask, rows2, _ = norm_rope_tile(k_ptr + tok * stride_kt + kvh * stride_kh, stride_kh, 1, kw, kwp,
+                                                 partner, cos, sin, eps, D, 2, BLOCK_D, ROT,
+                                                 k_cache_ptr.dtype.element_ty)  # fmt: skip
         k_dst = k_cache_ptr + (slot // PAGE) * stride_kb + (slot % PAGE) * stride_ks + kvh * stride_kch
         tl.store(
-            k_dst + rows2[:, None] * 0 + offs_d[None, :], k_new, mask=(rows2 < 1)[:, None] & mask_d[None, :]
+            k_dst + rows2[:, None] * 0 + offs_d[None, :], k_new.to(k_cache_ptr.dtype.element_ty), mask=k_mask
         )
         v_new = tl.load(v_ptr + tok * stride_vt + kvh * stride_vh + offs_d, mask=mask_d, other=0.0)
         v_dst = v_cache_ptr + (slot // PAGE) * stride_vb + (slot % PAGE) * stride_vs + kvh * stride_vch

@@ -76,9 +76,10 @@ def norm_rope_tile(
     DTYPE: tl.constexpr,
 ):
     """Norm + rotary of one token's first ``num_h`` heads (fewer than the tile: masked loads, zero rows), read
-    from ``x_row`` (pointing at the token's head 0; head stride ``stride_xh``, unit dim stride): the
-    [BLOCK_H, BLOCK_D] tile in DTYPE. w, wp: [BLOCK_D] ``1 + weight`` at each column and at its rotation
-    ``partner`` column."""
+    from ``x_row`` (pointing at the token's head 0; head stride ``stride_xh``, unit dim stride). Returns the
+    [BLOCK_H, BLOCK_D] fp32 tile (the normed values rounded to DTYPE before the rotation, as the reference;
+    the caller casts it once), its mask and the tile's head and column offsets. w, wp: [BLOCK_D] ``1 + weight``
+    at each column and at its rotation ``partner`` column."""
     HALF: tl.constexpr = ROT // 2
     offs_h = tl.arange(0, BLOCK_H)
     cols = tl.arange(0, BLOCK_D)
@@ -95,7 +96,7 @@ def norm_rope_tile(
     y = tl.where(
         in_rot[None, :], y * cos[None, :] + tl.where(first, -1.0, 1.0)[None, :] * yp * sin[None, :], y
     )
-    return y.to(DTYPE)
+    return y, mask, offs_h, cols
 
 
 @triton.jit
@@ -118,12 +119,9 @@ def _norm_rope_heads(
 ):
     """``norm_rope_tile`` of one token's first ``num_h`` heads written to ``out_row`` (head stride ``stride_oh``)
     in its dtype."""
-    y = norm_rope_tile(x_row, stride_xh, num_h, w, wp, partner, cos, sin, eps, D, BLOCK_H, BLOCK_D, ROT,
-                       out_row.dtype.element_ty)  # fmt: skip
-    offs_h = tl.arange(0, BLOCK_H)
-    cols = tl.arange(0, BLOCK_D)
-    mask = (offs_h < num_h)[:, None] & (cols < D)[None, :]
-    tl.store(out_row + offs_h[:, None] * stride_oh + cols[None, :], y, mask=mask)
+    y, mask, offs_h, cols = norm_rope_tile(x_row, stride_xh, num_h, w, wp, partner, cos, sin, eps, D, BLOCK_H,
+                                           BLOCK_D, ROT, out_row.dtype.element_ty)  # fmt: skip
+    tl.store(out_row + offs_h[:, None] * stride_oh + cols[None, :], y.to(out_row.dtype.element_ty), mask=mask)
 
 
 @triton.jit
