@@ -27,6 +27,7 @@ from hyserve.kernels.attention.triton_decode import (
     decode_launch,
     reduce_partitions,
 )
+from hyserve.kernels.contracts import unit_dim_stride
 from hyserve.kernels.pdl import launch_options, wait_for_previous
 from hyserve.kernels.qk_norm_rope.triton_kernel import norm_rope_tile, token_tables
 
@@ -91,10 +92,6 @@ def _paged_decode_qk_split_kernel(
     )  # fmt: skip
 
 
-def _unit_dim_stride(t: torch.Tensor) -> torch.Tensor:
-    return t if t.stride(-1) == 1 else t.contiguous()
-
-
 def paged_decode_qk(
     q: torch.Tensor,
     k: torch.Tensor,
@@ -132,7 +129,7 @@ def paged_decode_qk(
         out = torch.empty((num_tokens, num_heads, head_dim), dtype=q.dtype, device=q.device)
     if seq_lens.shape[0] == 0:
         return out
-    q, k, v, cos, sin = (_unit_dim_stride(t) for t in (q, k, v, cos, sin))
+    q, k, v, cos, sin = (unit_dim_stride(t) for t in (q, k, v, cos, sin))
     launch = decode_launch(
         q, k_cache, seq_lens, block_tables, gate, max_seq_len, out, num_splits, block_n, waves, fused_reduce
     )

@@ -24,6 +24,7 @@ import torch
 import triton
 import triton.language as tl
 
+from hyserve.kernels.contracts import unit_dim_stride
 from hyserve.kernels.pdl import launch_options, wait_for_previous
 
 
@@ -238,11 +239,6 @@ def _qk_norm_rope_store_kernel(
     )
 
 
-def _unit_dim_stride(t: torch.Tensor) -> torch.Tensor:
-    """t itself if its last dim is contiguous (the kernels take any other stride), else a contiguous copy."""
-    return t if t.stride(-1) == 1 else t.contiguous()
-
-
 def _tiles(hq: int, hk: int, d: int) -> dict[str, int]:
     """Tile sizes and warps of both kernels: a program holds the token's [BLOCK_HQ, BLOCK_D] q tile."""
     block_d = triton.next_power_of_2(d)
@@ -269,7 +265,7 @@ def qk_norm_rope_triton(
     """Same contract as ``qk_norm_rope_reference``; q, k may be strided views (unit dim stride)."""
     num_tokens, hq, d = q.shape
     hk = k.shape[1]
-    q, k, cos, sin = (_unit_dim_stride(t) for t in (q, k, cos, sin))
+    q, k, cos, sin = (unit_dim_stride(t) for t in (q, k, cos, sin))
     q_out = torch.empty((num_tokens, hq, d), dtype=q.dtype, device=q.device)
     k_out = torch.empty((num_tokens, hk, d), dtype=k.dtype, device=k.device)
     if num_tokens > 0:
@@ -300,7 +296,7 @@ def qk_norm_rope_store_triton(
     the caches [num_blocks, PAGE, Hk, D] any strides with a unit dim stride."""
     num_tokens, hq, d = q.shape
     hk = k.shape[1]
-    q, k, v, cos, sin = (_unit_dim_stride(t) for t in (q, k, v, cos, sin))
+    q, k, v, cos, sin = (unit_dim_stride(t) for t in (q, k, v, cos, sin))
     q_out = torch.empty((num_tokens, hq, d), dtype=q.dtype, device=q.device)
     if num_tokens > 0:
         _qk_norm_rope_store_kernel[(num_tokens,)](
