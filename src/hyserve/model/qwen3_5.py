@@ -183,49 +183,22 @@ class Attention(nn.Module):
         k = k.view(t, self.num_kv_heads, self.head_dim)
         v = v.view(t, self.num_kv_heads, self.head_dim)
         k_cache, v_cache = cache.kv[self.attention_index]
-        if (
-            batch.causal_rows and rows is None
-        ):  # a prompt without a cached prefix: over its own new rows alone
-            q, k = ops.qk_norm_rope(
-                q, k, self.q_norm.weight, self.k_norm.weight, self.eps, *rope, self.rotary_dim
-            )
+        # q/k norm (zero-centred, 1 + w) and partial RoPE at the positions
+        norm_rope = (self.q_norm.weight, self.k_norm.weight, self.eps, *rope, self.rotary_dim)
+        if batch.causal_rows and rows is None:  # a prompt without a cached prefix: over its own new rows alone
+            q, k = ops.qk_norm_rope(q, k, *norm_rope)
             ops.store_kv(k, v, k_cache, v_cache, batch.slot_mapping)
             o = ops.causal_attention(q, k, v, self.scale, gate=gate)
             return self.o_proj(o.reshape(t, -1), residual=x)
+        kv_store = (k_cache, v_cache, batch.slot_mapping)
         if batch.is_decode and rows is None:  # one new token a sequence: q/k norm, RoPE, KV store, attention
             o = ops.decode_attention(
-                q,
-                k,
-                v,
-                self.q_norm.weight,
-                self.k_norm.weight,
-                self.eps,
-                *rope,
-                self.rotary_dim,
-                k_cache,
-                v_cache,
-                batch.slot_mapping,
-                batch.cu_seqlens_q,
-                batch.seq_lens,
-                batch.block_tables,
-                self.scale,
-                gate=gate,
-            )
+                q, k, v, *norm_rope, *kv_store, batch.cu_seqlens_q, batch.seq_lens, batch.block_tables,
+                self.scale, gate=gate,
+            )  # fmt: skip
             return self.o_proj(o.reshape(t, -1), residual=x)
         # one kernel: the normed, roped q out; the normed, roped k and the raw v into the cache at the slots
-        q = ops.qk_norm_rope_store(
-            q,
-            k,
-            v,
-            self.q_norm.weight,
-            self.k_norm.weight,
-            self.eps,
-            *rope,
-            self.rotary_dim,
-            k_cache,
-            v_cache,
-            batch.slot_mapping,
-        )
+        q = ops.qk_norm_rope_store(q, k, v, *norm_rope, *kv_store)
         if rows is None:
             o = ops.paged_attention(
                 q,
