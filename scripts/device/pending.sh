@@ -27,8 +27,9 @@
 #          `attention.bench --qk` pairs, then the B=1 step with it off and on (tune_step.py --groups qk). Expected:
 #          the qk_norm_rope_store launch gone (22.8 us added to the step over 10 layers), less what the split kernel
 #          gains (the q norm and RoPE before its first dot; the k row in one program): ~-10 to -15 us a step.
-# Suggested order for a fresh session: PART=6; then, with EVICT on in the table if it won, verify_serve.sh (the HTTP
-# table and `hyserve verify` at that commit); then PART=7.
+# Suggested order for a fresh session (~30 device minutes, ~3 of them per cold start): PART=6, then PART=8; turn
+# on what won (the MoE table's EVICT, attention.json's fused_qk), commit, then verify_serve.sh (the HTTP table and
+# `hyserve verify` at that commit); PART=7 with what is left.
 # The 12-bit packed kernels (`--pack-weights`) were timed on 2026-12-05 and are not faster (docs/performance.md):
 # `python3 -m hyserve.kernels.linear.bench --packed` and `python3 -m hyserve.kernels.moe.bench --pairs` are the
 # first gate for a new version of them. Carry .whl (and .base for PART=2).
