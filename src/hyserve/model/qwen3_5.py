@@ -185,7 +185,8 @@ class Attention(nn.Module):
         k_cache, v_cache = cache.kv[self.attention_index]
         # q/k norm (zero-centred, 1 + w) and partial RoPE at the positions
         norm_rope = (self.q_norm.weight, self.k_norm.weight, self.eps, *rope, self.rotary_dim)
-        if batch.causal_rows and rows is None:  # a prompt without a cached prefix: over its own new rows alone
+        # a prompt without a cached prefix: over its own new rows alone
+        if batch.causal_rows and rows is None:
             q, k = ops.qk_norm_rope(q, k, *norm_rope)
             ops.store_kv(k, v, k_cache, v_cache, batch.slot_mapping)
             o = ops.causal_attention(q, k, v, self.scale, gate=gate)
