@@ -108,6 +108,37 @@ def _merge_partitions(
 
 
 @triton.jit
+def partition_of(
+    seq_lens_ptr, cu_q_ptr, bt_ptr, stride_bt, num_splits, BLOCK_N: tl.constexpr, PAGE: tl.constexpr
+):
+    """This program's (sequence, KV head, partition) and its keys: (seq, kvh, split, the context length, the query
+    row ``tok``, the partition length ``part`` (the context cut in num_splits, rounded up to BLOCK_N), its keys
+    [start, end), the sequence's block-table row and the first tile's block ids). Only step inputs are read (no
+    kernel writes them), so a kernel runs this before its PDL wait."""
+    seq = tl.program_id(0).to(tl.int64)
+    kvh = tl.program_id(1).to(tl.int64)
+    split = tl.program_id(2)
+    ctx = tl.load(seq_lens_ptr + seq).to(tl.int32)
+    tok = tl.load(cu_q_ptr + seq).to(tl.int64)
+    part = tl.cdiv(tl.cdiv(ctx, num_splits), BLOCK_N) * BLOCK_N
+    start = split * part
+    end = tl.minimum(start + part, ctx)
+    bt_row = bt_ptr + seq * stride_bt
+    offs_n = start + tl.arange(0, BLOCK_N)
+    blk = tl.load(bt_row + offs_n // PAGE, mask=offs_n < end, other=0).to(tl.int64)
+    return seq, kvh, split, ctx, tok, part, start, end, bt_row, blk
+
+
+@triton.jit
+def head_tiles(kvh, G: tl.constexpr, G_PAD: tl.constexpr, D: tl.constexpr, BLOCK_D: tl.constexpr):
+    """The [G_PAD, BLOCK_D] q tile's row and column offsets, their masks and the query heads (int64) of KV head
+    ``kvh``."""
+    offs_g = tl.arange(0, G_PAD)
+    offs_d = tl.arange(0, BLOCK_D)
+    return offs_g, offs_d, offs_g < G, offs_d < D, kvh * G + offs_g
+
+
+@triton.jit
 def attend_partition(
     q, k_ptr, v_ptr, bt_row, blk, seq, kvh, split, ctx, tok, part, start, end, heads, offs_g, offs_d, mask_g, mask_d,
     gate_ptr, out_ptr, part_o_ptr, part_lse_ptr, counter_ptr, qk_scale, stride_kb, stride_ks, stride_kh, stride_vb,
@@ -219,28 +250,16 @@ def _paged_decode_split_kernel(
     DOT_PREC: tl.constexpr,
     USE_PDL: tl.constexpr,
 ):
-    seq = tl.program_id(0).to(tl.int64)
-    kvh = tl.program_id(1).to(tl.int64)
-    split = tl.program_id(2)
 
     # seq_lens, cu_seqlens_q and the block tables are the step's inputs, copied in before its first kernel
     # (no kernel writes them): they and the first tile's block ids load while the previous kernel finishes
     # (kernels/pdl.py); q and the K/V rows (the new token's written by the previous kernel) after the wait
-    ctx = tl.load(seq_lens_ptr + seq).to(tl.int32)
-    tok = tl.load(cu_q_ptr + seq).to(tl.int64)
-    part = tl.cdiv(tl.cdiv(ctx, num_splits), BLOCK_N) * BLOCK_N
-    start = split * part
-    end = tl.minimum(start + part, ctx)
-    bt_row = bt_ptr + seq * stride_bt
-    offs_n = start + tl.arange(0, BLOCK_N)
-    blk = tl.load(bt_row + offs_n // PAGE, mask=offs_n < end, other=0).to(tl.int64)
+    seq, kvh, split, ctx, tok, part, start, end, bt_row, blk = partition_of(
+        seq_lens_ptr, cu_q_ptr, bt_ptr, stride_bt, num_splits, BLOCK_N, PAGE
+    )
     wait_for_previous(USE_PDL)
 
-    offs_g = tl.arange(0, G_PAD)
-    offs_d = tl.arange(0, BLOCK_D)
-    mask_g = offs_g < G
-    mask_d = offs_d < D
-    heads = kvh * G + offs_g  # int64
+    offs_g, offs_d, mask_g, mask_d, heads = head_tiles(kvh, G, G_PAD, D, BLOCK_D)
     q = tl.load(
         q_ptr + tok * stride_qt + heads[:, None] * stride_qh + offs_d[None, :],
         mask=mask_g[:, None] & mask_d[None, :],

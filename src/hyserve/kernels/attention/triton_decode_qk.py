@@ -25,11 +25,13 @@ from hyserve.kernels.attention.triton_decode import (
     LOG2E,
     attend_partition,
     decode_launch,
+    head_tiles,
+    partition_of,
     reduce_partitions,
 )
 from hyserve.kernels.contracts import unit_dim_stride
 from hyserve.kernels.pdl import launch_options, wait_for_previous
-from hyserve.kernels.qk_norm_rope.triton_kernel import norm_rope_tile, token_tables
+from hyserve.kernels.qk_norm_rope.triton_kernel import norm_rope_heads, norm_rope_tile, token_tables
 
 
 @triton.jit
@@ -43,18 +45,9 @@ def _paged_decode_qk_split_kernel(
     PAGE: tl.constexpr, ROT: tl.constexpr, SINGLE: tl.constexpr, FUSED_REDUCE: tl.constexpr,
     MERGE_CHUNK: tl.constexpr, HAS_GATE: tl.constexpr, DOT_PREC: tl.constexpr, USE_PDL: tl.constexpr,
 ):  # fmt: skip
-    seq = tl.program_id(0).to(tl.int64)
-    kvh = tl.program_id(1).to(tl.int64)
-    split = tl.program_id(2)
-
-    ctx = tl.load(seq_lens_ptr + seq).to(tl.int32)
-    tok = tl.load(cu_q_ptr + seq).to(tl.int64)
-    part = tl.cdiv(tl.cdiv(ctx, num_splits), BLOCK_N) * BLOCK_N
-    start = split * part
-    end = tl.minimum(start + part, ctx)
-    bt_row = bt_ptr + seq * stride_bt
-    offs_n = start + tl.arange(0, BLOCK_N)
-    blk = tl.load(bt_row + offs_n // PAGE, mask=offs_n < end, other=0).to(tl.int64)
+    seq, kvh, split, ctx, tok, part, start, end, bt_row, blk = partition_of(
+        seq_lens_ptr, cu_q_ptr, bt_ptr, stride_bt, num_splits, BLOCK_N, PAGE
+    )
     pos = tl.load(pos_ptr + tok).to(tl.int64)
     slot = tl.load(slot_ptr + tok).to(tl.int64)
     cos, sin, partner, qw, qwp, kw, kwp = token_tables(
@@ -62,24 +55,16 @@ def _paged_decode_qk_split_kernel(
     )
     wait_for_previous(USE_PDL)
 
-    offs_g = tl.arange(0, G_PAD)
-    offs_d = tl.arange(0, BLOCK_D)
-    mask_g = offs_g < G
-    mask_d = offs_d < D
-    heads = kvh * G + offs_g  # int64
+    offs_g, offs_d, mask_g, mask_d, heads = head_tiles(kvh, G, G_PAD, D, BLOCK_D)
     q, _, _, _ = norm_rope_tile(q_ptr + tok * stride_qt + kvh * G * stride_qh, stride_qh, G, qw, qwp, partner, cos,
                                 sin, eps, D, G_PAD, BLOCK_D, ROT, q_ptr.dtype.element_ty)  # fmt: skip
     q = q.to(q_ptr.dtype.element_ty)
     new = ctx - 1  # the new token's position: it is in exactly one partition
     if (start <= new) & (new < end) & (slot >= 0):
-        # its K row: two tile rows (the smallest tile), the second masked
-        k_new, k_mask, rows2, _ = norm_rope_tile(k_ptr + tok * stride_kt + kvh * stride_kh, stride_kh, 1, kw, kwp,
-                                                 partner, cos, sin, eps, D, 2, BLOCK_D, ROT,
-                                                 k_cache_ptr.dtype.element_ty)  # fmt: skip
+        # its K head into the slot row (a two-row tile, the smallest; the second masked)
         k_dst = k_cache_ptr + (slot // PAGE) * stride_kb + (slot % PAGE) * stride_ks + kvh * stride_kch
-        tl.store(
-            k_dst + rows2[:, None] * 0 + offs_d[None, :], k_new.to(k_cache_ptr.dtype.element_ty), mask=k_mask
-        )
+        norm_rope_heads(k_ptr + tok * stride_kt + kvh * stride_kh, stride_kh, k_dst, stride_kch, 1, kw, kwp, partner,
+                        cos, sin, eps, D, 2, BLOCK_D, ROT)  # fmt: skip
         v_new = tl.load(v_ptr + tok * stride_vt + kvh * stride_vh + offs_d, mask=mask_d, other=0.0)
         v_dst = v_cache_ptr + (slot // PAGE) * stride_vb + (slot % PAGE) * stride_vs + kvh * stride_vch
         tl.store(v_dst + offs_d, v_new.to(v_cache_ptr.dtype.element_ty), mask=mask_d)

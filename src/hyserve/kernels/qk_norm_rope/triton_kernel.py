@@ -101,7 +101,7 @@ def norm_rope_tile(
 
 
 @triton.jit
-def _norm_rope_heads(
+def norm_rope_heads(
     x_row,
     stride_xh,
     out_row,
@@ -160,13 +160,9 @@ def _qk_norm_rope_kernel(
     )
     wait_for_previous(USE_PDL)
     q_in, q_out = q_ptr + tok * stride_qt, q_out_ptr + tok * (HQ * D)
-    _norm_rope_heads(
-        q_in, stride_qh, q_out, D, HQ, qw, qwp, partner, cos, sin, eps, D, BLOCK_HQ, BLOCK_D, ROT
-    )
+    norm_rope_heads(q_in, stride_qh, q_out, D, HQ, qw, qwp, partner, cos, sin, eps, D, BLOCK_HQ, BLOCK_D, ROT)
     k_in, k_out = k_ptr + tok * stride_kt, k_out_ptr + tok * (HK * D)
-    _norm_rope_heads(
-        k_in, stride_kh, k_out, D, HK, kw, kwp, partner, cos, sin, eps, D, BLOCK_HK, BLOCK_D, ROT
-    )
+    norm_rope_heads(k_in, stride_kh, k_out, D, HK, kw, kwp, partner, cos, sin, eps, D, BLOCK_HK, BLOCK_D, ROT)
 
 
 @triton.jit
@@ -227,11 +223,9 @@ def _qk_norm_rope_store_kernel(
     v_mask = (offs_h < num_kv)[:, None] & (cols < D)[None, :]
     v = tl.load(v_ptr + tok * stride_vt + offs_h[:, None] * stride_vh + cols[None, :], mask=v_mask)
     q_in, q_out = q_ptr + tok * stride_qt, q_out_ptr + tok * (HQ * D)
-    _norm_rope_heads(
-        q_in, stride_qh, q_out, D, HQ, qw, qwp, partner, cos, sin, eps, D, BLOCK_HQ, BLOCK_D, ROT
-    )
+    norm_rope_heads(q_in, stride_qh, q_out, D, HQ, qw, qwp, partner, cos, sin, eps, D, BLOCK_HQ, BLOCK_D, ROT)
     k_in = k_ptr + tok * stride_kt
-    _norm_rope_heads(
+    norm_rope_heads(
         k_in, stride_kh, k_row, stride_kch, num_kv, kw, kwp, partner, cos, sin, eps, D, BLOCK_HK, BLOCK_D, ROT
     )
     tl.store(
