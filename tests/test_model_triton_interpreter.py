@@ -94,9 +94,27 @@ def test_decode_attention_fused_qk_matches_transformers(checkpoint, triton_kerne
         assert rel_err(got[pos], expected[pos]) < REL_TOL, pos
 
 
-def test_routed_projections_match_transformers(checkpoint, triton_kernels, monkeypatch):
+@pytest.fixture(scope="module")
+def wide_shared_checkpoint(tmp_path_factory):
+    # the shared expert wider than the routed ones (48 against 32): plain torch adds it after the kernels
+    path = make_checkpoint(
+        tmp_path_factory.mktemp("moe-wide-shared"),
+        kind="moe",
+        seed=11,
+        num_hidden_layers=2,
+        layer_types=["linear_attention", "full_attention"],
+    )
+    return path, load_reference(path)
+
+
+@pytest.mark.parametrize("shared", ["folded", "wider"])
+def test_routed_projections_match_transformers(
+    checkpoint, wide_shared_checkpoint, triton_kernels, monkeypatch, shared
+):
     """With the router's rows in the mixers' projections (layers/routed_projection.py), the single-token steps
-    route inside the out-projections (no router launch) and still match transformers; the prefill is untouched."""
+    route inside the out-projections (no router launch) and still match transformers; the prefill is untouched.
+    A shared expert of another width than the routed ones takes the block's normed input too (it once took the
+    raw one there)."""
     from hyserve.layers.routed_projection import prepare_routed_projections
 
     rp = importlib.import_module("hyserve.kernels.routed_projection")
@@ -105,13 +123,14 @@ def test_routed_projections_match_transformers(checkpoint, triton_kernels, monke
     routed = []
     real = rp_triton.project_out_route_triton
     monkeypatch.setattr(rp_triton, "project_out_route_triton", lambda *a: routed.append(1) or real(*a))
-    path, ref = checkpoint
+    path, ref = checkpoint if shared == "folded" else wide_shared_checkpoint
     llm = LLM(str(path), device="cpu", dtype="float32", progress=False, max_model_len=128)
     assert prepare_routed_projections(llm.engine.model) > 0
     ids = torch.randint(0, 500, (24,), generator=torch.Generator().manual_seed(4)).tolist()
     expected = ref(torch.tensor([ids])).logits[0]
     got = _score(llm, ids, [20, 1, 1, 1, 1])
-    assert len(routed) == 4 * 4  # four single-token steps, four MoE layers
+    # four single-token steps, each through every MoE layer
+    assert len(routed) == 4 * llm.engine.config.num_hidden_layers
     assert rel_err(got[:20], expected[:20]) < REL_TOL
     for pos in range(20, 24):
         assert rel_err(got[pos], expected[pos]) < REL_TOL, pos

@@ -187,6 +187,8 @@ def fused_moe_triton(
             x, gate_weight, w_gate_up, w_down, top_k, sgu, sd, sg, plan, force_large_routing, target, add_out
         )  # fmt: skip
     if not direct:  # a shared expert of another width: plain torch, added in fp32
+        if routed_norm:  # x is still the block's input: with a given routing only gate_up normed its copy
+            x = rms_norm(x, routed_norm["norm_weight"], routed_norm["norm_eps"])
         shared = F.linear(silu_and_mul_reference(F.linear(x, shared_gate_up)), shared_down)
         if shared_expert_gate is not None:
             shared = torch.sigmoid(F.linear(x, shared_expert_gate)) * shared
