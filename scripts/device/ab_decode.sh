@@ -1,12 +1,18 @@
 #!/usr/bin/env bash
-# The batch-1 decode step, before against after: GPU tests of the changed kernels (TESTS), then
+# The batch-1 decode step, before against after: GPU tests of the changed kernels (TESTS; none: no tests), then
 # scripts/profile_decode.py on the tree's src and on .base/src (the "before" side: `git archive <commit> src |
-# tar -x -C .base`, carried), each once. Carry .base (and .whl for the common environment).
+# tar -x -C .base`, carried), each once. SIDES (default "after:src before:.base/src") names other label:src-folder
+# pairs, a third field adding engine flags, comma-separated ("table:src:--token-table").
+# Carry .base (and .whl for the common environment).
 set -u
 source "$(dirname "$0")/common.sh"
 W=$OUT
-TAILN=3 run tests "${TEST_LIMIT:-120}" python3 -m pytest -q -p no:cacheprovider -x ${TESTS:-tests/test_decode_staging.py}
+if [ "${TESTS:-}" != none ]; then
+  TAILN=3 run tests "${TEST_LIMIT:-120}" python3 -m pytest -q -p no:cacheprovider -x ${TESTS:-tests/test_decode_staging.py}
+fi
 args=(--model $M --load-format dummy --kv-cache-memory-gb 8 --max-num-seqs 32 --max-model-len 8192 --prompt-len 384
   --cuda-graph-sizes 1 --prefill-graph-sizes none --batch 1 --steps 30 --no-warmup --top "${TOP:-12}")
-TAILN=2 run after 150 python3 scripts/profile_decode.py "${args[@]}"
-PYTHONPATH=/tmp/site:.base/src TAILN=2 run before 150 python3 scripts/profile_decode.py "${args[@]}"
+for side in ${SIDES:-after:src before:.base/src}; do
+  IFS=: read -r label tree flags <<< "$side"
+  PYTHONPATH=/tmp/site:$tree TAILN=2 run "$label" 150 python3 scripts/profile_decode.py "${args[@]}" ${flags//,/ }
+done

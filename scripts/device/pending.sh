@@ -27,7 +27,13 @@
 #          `attention.bench --qk` pairs, then the B=1 step with it off and on (tune_step.py --groups qk). Expected:
 #          the qk_norm_rope_store launch gone (22.8 us added to the step over 10 layers), less what the split kernel
 #          gains (the q norm and RoPE before its first dot; the k row in one program): ~-10 to -15 us a step.
-# Suggested order for a fresh session (~30 device minutes, ~3 of them per cold start): PART=6, then PART=8; turn
+#   PART=9 (~5 min): the first layer's in-projection by token id (`--token-table`, layers/token_table.py): the B=1
+#          step (ab_decode.sh) and the first token without HTTP at LENS (128,1024; ab_prefill.sh), each without and
+#          with the flag in one tree. Expected: layer 0's in_proj GEMV (18.2 us added to the step at 20dd08c) becomes
+#          a 25 KB gather (~-13 to -16 us a step); its GEMM at a prefill (~53 GFLOP at 1024 tokens: ~-75 us).
+#          If it wins: turn it on by default (EngineArgs.token_table, its flag `--no-token-table`) after
+#          `FLAGS=--token-table bash scripts/device/verify_serve.sh` (the HTTP table and `hyserve verify` with it).
+# Suggested order for a fresh session (~30 device minutes, ~3 of them per cold start): PART=6, PART=8, PART=9; turn
 # on what won (the MoE table's EVICT, attention.json's fused_qk), commit, then verify_serve.sh (the HTTP table and
 # `hyserve verify` at that commit); PART=7 with what is left.
 # The 12-bit packed kernels (`--pack-weights`) were timed on 2026-12-05 and are not faster (docs/performance.md):
@@ -60,5 +66,11 @@ case "${PART:-2}" in
     TAILN=14 run qk_bench 120 python3 -m hyserve.kernels.attention.bench --qk
     NAME=qk BATCH=1 KNOBS=qk PASSES=1 REPLAYS=300 LIMIT=240 bash scripts/device/tune_step.sh
     ;;
-  *) echo "PART must be 2 to 8" && exit 2 ;;
+  9)
+    TAILN=3 run table_tests 200 python3 -m pytest -q -p no:cacheprovider tests/test_token_table.py -k cuda
+    SIDES="plain:src table:src:--token-table" TESTS=none bash scripts/device/ab_decode.sh
+    SIDES="plain:src table:src:--token-table" LENS=${LENS:-128,1024} REPS=${REPS:-7} ROUNDS=${ROUNDS:-1} \
+      bash scripts/device/ab_prefill.sh
+    ;;
+  *) echo "PART must be 2 to 9" && exit 2 ;;
 esac

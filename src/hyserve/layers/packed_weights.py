@@ -22,6 +22,7 @@ from hyserve.kernels.linear import packed_gemv_plan
 from hyserve.kernels.moe.triton_pairs_packed import pack_experts
 from hyserve.kernels.packed_bf16 import pack_bf16
 from hyserve.layers.linear import Linear
+from hyserve.layers.routed_projection import mixer_projections
 
 
 def prepare_packed_weights(model: nn.Module) -> int:
@@ -42,9 +43,7 @@ def prepare_packed_weights(model: nn.Module) -> int:
         routed = getattr(moe, "routed", None)
         if routed is None:
             continue
-        mixer = getattr(layer, "linear_attn", None) or layer.self_attn
-        in_proj = mixer.in_proj if hasattr(mixer, "in_proj") else mixer.qkv_proj
-        out_proj = mixer.out_proj if hasattr(mixer, "out_proj") else mixer.o_proj
+        in_proj, out_proj = mixer_projections(layer)
         routed_out.update((id(in_proj), id(out_proj)))  # the routed kernels stream these at one token
         if routed.w_in.dtype == torch.bfloat16 and packed_gemv_plan(*routed.w_in.shape) is not None:
             routed.w_in_packed = pack_bf16(routed.w_in)

@@ -57,11 +57,20 @@ class RoutedProjections:
             self.w_in.stride(0) * self.w_in.element_size() + self.w_out.stride(0) * self.w_out.element_size()
         )
 
+    def takes_in(self, x: torch.Tensor, norm: nn.Module | None, residual: torch.Tensor | None) -> bool:
+        """Whether the in-projection of x is this layer's routed one (one token on the Triton path)."""
+        return norm is not None and residual is None and rp.fast(x, self.w_in)
+
     def project_in(self, x: torch.Tensor, norm: nn.Module | None, residual: torch.Tensor | None):
         """The in-projection at one token: its output, ``W_r' h0`` kept; None (not taken) otherwise."""
-        if norm is None or residual is not None or not rp.fast(x, self.w_in):
+        if not self.takes_in(x, norm, residual):
             return None
         y = rp.project_in(x, self.w_in, self.n_in, norm.weight, norm.eps, self._plans()[0], self.w_in_packed)
+        return self.keep_partial(y)
+
+    def keep_partial(self, y: torch.Tensor) -> torch.Tensor:
+        """y [1, n_in + E], the in-projection with the router's rows (``project_in``'s, or a token table's):
+        keeps ``W_r' h0`` for the out-projection and returns the in-projection's own n_in columns."""
         self._partial = y[:, self.n_in :]
         return y[:, : self.n_in]
 
@@ -81,6 +90,15 @@ class RoutedProjections:
         return routing
 
 
+def mixer_projections(layer: nn.Module) -> tuple[nn.Module, nn.Module]:
+    """A decoder layer's mixer's (in-projection, out-projection): (in_proj, out_proj) of a DeltaNet, (qkv_proj,
+    o_proj) of an attention layer."""
+    mixer = getattr(layer, "linear_attn", None) or layer.self_attn
+    if hasattr(mixer, "in_proj"):
+        return mixer.in_proj, mixer.out_proj
+    return mixer.qkv_proj, mixer.o_proj
+
+
 def prepare_routed_projections(model: nn.Module) -> int:
     """Hook every MoE decoder layer of ``model`` whose projections have the GEMV plans; returns the bytes added."""
     total = 0
@@ -88,9 +106,7 @@ def prepare_routed_projections(model: nn.Module) -> int:
         moe = getattr(layer, "mlp", None)
         if not hasattr(moe, "gate"):
             continue
-        mixer = getattr(layer, "linear_attn", None) or layer.self_attn
-        in_proj = mixer.in_proj if hasattr(mixer, "in_proj") else mixer.qkv_proj
-        out_proj = mixer.out_proj if hasattr(mixer, "out_proj") else mixer.o_proj
+        in_proj, out_proj = mixer_projections(layer)
         try:
             total += RoutedProjections(in_proj, out_proj, moe, layer.post_attention_layernorm).nbytes
         except ValueError:
