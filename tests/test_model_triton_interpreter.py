@@ -96,14 +96,9 @@ def test_decode_attention_fused_qk_matches_transformers(checkpoint, triton_kerne
 
 @pytest.fixture(scope="module")
 def wide_shared_checkpoint(tmp_path_factory):
-    # the shared expert wider than the routed ones (48 against 32): plain torch adds it after the kernels
-    path = make_checkpoint(
-        tmp_path_factory.mktemp("moe-wide-shared"),
-        kind="moe",
-        seed=11,
-        num_hidden_layers=2,
-        layer_types=["linear_attention", "full_attention"],
-    )
+    # the checkpoints' default shared expert, wider than the routed ones (48 against 32): plain torch adds it
+    layers = dict(num_hidden_layers=2, layer_types=["linear_attention", "full_attention"])
+    path = make_checkpoint(tmp_path_factory.mktemp("moe-wide-shared"), seed=11, **layers)
     return path, load_reference(path)
 
 
