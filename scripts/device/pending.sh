@@ -27,12 +27,20 @@
 #          `attention.bench --qk` pairs, then the B=1 step with it off and on (tune_step.py --groups qk). Expected:
 #          the qk_norm_rope_store launch gone (22.8 us added to the step over 10 layers), less what the split kernel
 #          gains (the q norm and RoPE before its first dot; the k row in one program): ~-10 to -15 us a step.
-#   PART=9 (~5 min): the first layer's in-projection by token id (`--token-table`, layers/token_table.py): the B=1
+#   PART=9 (~7 min; carry .whl, .alt2): the first layer's in-projection by token id (`--token-table`, layers/token_table.py): the B=1
 #          step (ab_decode.sh) and the first token without HTTP at LENS (128,1024; ab_prefill.sh), each without and
 #          with the flag in one tree. Expected: layer 0's in_proj GEMV (18.2 us added to the step at 20dd08c) becomes
 #          a 25 KB gather (~-13 to -16 us a step); its GEMM at a prefill (~53 GFLOP at 1024 tokens: ~-75 us).
 #          If it wins: turn it on by default (EngineArgs.token_table, its flag `--no-token-table`) after
 #          `FLAGS=--token-table bash scripts/device/verify_serve.sh` (the HTTP table and `hyserve verify` with it).
+#          The same call times the grouped gate_up's L2 prefetch (cfg L2PF / L2PF_E: during the routing's last
+#          kernel its first programs prefetch the shared expert and the first 4 routed experts, 21 MB, which the
+#          first blocks read) as a third tree, .alt2/src (carry it): its GPU test, then the prefill. Make .alt2 with
+#          rm -rf .alt2 && mkdir .alt2 && cp -r src .alt2/ && python3 -c "import json; p = '.alt2/src/hyserve/\
+#          kernels/moe/configs/E256_H2048_I512_bfloat16.json'; d = json.load(open(p)); [v['gate_up'].update(\
+#          L2PF=132, L2PF_E=4) for b, v in d['buckets'].items() if v['down_mode'] == 'scatter' and int(b) >= 128]; \
+#          json.dump(d, open(p, 'w'), indent=1)"
+#          Expected: at most the 21 MB's ~5 us a layer (~-0.2 ms a prefill), if they stay in L2 until read.
 # Suggested order for a fresh session (~30 device minutes, ~3 of them per cold start): PART=6, PART=8, PART=9; turn
 # on what won (the MoE table's EVICT, attention.json's fused_qk), commit, then verify_serve.sh (the HTTP table and
 # `hyserve verify` at that commit); PART=7 with what is left.
@@ -67,10 +75,11 @@ case "${PART:-2}" in
     NAME=qk BATCH=1 KNOBS=qk PASSES=1 REPLAYS=300 LIMIT=240 bash scripts/device/tune_step.sh
     ;;
   9)
-    TAILN=3 run table_tests 200 python3 -m pytest -q -p no:cacheprovider tests/test_token_table.py -k cuda
+    TAILN=3 run table_tests 200 python3 -m pytest -q -p no:cacheprovider tests/test_token_table.py -k cuda \
+      src/hyserve/kernels/moe/test_moe.py::test_grouped_l2_prefetch_changes_nothing
     SIDES="plain:src table:src:--token-table" TESTS=none bash scripts/device/ab_decode.sh
-    SIDES="plain:src table:src:--token-table" LENS=${LENS:-128,1024} REPS=${REPS:-7} ROUNDS=${ROUNDS:-1} \
-      bash scripts/device/ab_prefill.sh
+    SIDES="plain:src table:src:--token-table l2pf:.alt2/src" LENS=${LENS:-128,1024} REPS=${REPS:-7} \
+      ROUNDS=${ROUNDS:-1} bash scripts/device/ab_prefill.sh
     ;;
   *) echo "PART must be 2 to 9" && exit 2 ;;
 esac

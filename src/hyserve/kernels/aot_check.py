@@ -193,9 +193,13 @@ def main() -> None:
             consts = dict(K_TOP=8, BLOCK_M=pl["block_m"], BLOCK_I=gu["BLOCK_I"], BLOCK_K=gu["BLOCK_K"], EVEN_K=True,
                           EVEN_I=True, HAS_SHARED_GATE=True, USE_DOT=True, DOT_PREC="tf32", TMA=use_tma,
                           STAGES=stages, W_EVICT="evict_first" if t > 32 else "",
-                          H_EVICT="evict_last" if t > 32 else "", USE_PDL=True)  # fmt: skip
+                          H_EVICT="evict_last" if t > 32 else "", L2PF=0, USE_PDL=True)  # fmt: skip
             build(triton_gate_up._gate_up_kernel, dict(gu_types, w_desc=desc, sw_desc=desc), consts,
                   gu.get("num_warps", 4), stages, label=f"grouped gate_up T={t} tma={int(use_tma)}")  # fmt: skip
+            if t > 32 and use_tma:  # the L2 prefetch of the first blocks' weights during the routing
+                build(triton_gate_up._gate_up_kernel, dict(gu_types, w_desc=desc, sw_desc=desc),
+                      dict(consts, L2PF=132), gu.get("num_warps", 4), stages,
+                      label=f"grouped gate_up T={t} tma=1 l2pf=132")  # fmt: skip
         for fused, use_tma in ((False, False), (True, False), (False, True)):
             stages = dn.get("num_stages", 3)
             desc = f"tensordesc<bf16[{dn['BLOCK_H']}, {dn['BLOCK_K']}]>" if use_tma else BF

@@ -569,6 +569,19 @@ def test_real_shapes_cuda(T: int, path: str) -> None:
 
 
 @pytest.mark.skipif(not CUDA, reason="needs CUDA")
+@pytest.mark.parametrize("T", [128, 1024])
+def test_grouped_l2_prefetch_changes_nothing(T: int) -> None:
+    """The grouped gate_up's L2 prefetch of the first blocks' weights (cfg ``L2PF`` programs, ``L2PF_E`` routed
+    experts; the interpreter never runs it) is a hint: the same output, bit for bit."""
+    E, top_k, H, I = 256, 8, 2048, 512
+    d = make_inputs(T, E, H, I, dtype=torch.bfloat16, device="cuda", realistic=True, seed=T)
+    plan = fit_plan(dict(get_plan(max(T, 256), E, H, I, top_k, torch.bfloat16)), H, I)
+    plan["down_mode"], plan["block_m"] = "scatter", max(16, plan["block_m"])
+    prefetch = dict(plan, gate_up={**plan["gate_up"], "L2PF": 132, "L2PF_E": 4})
+    assert torch.equal(run_triton(d, top_k, prefetch, True), run_triton(d, top_k, plan, True))
+
+
+@pytest.mark.skipif(not CUDA, reason="needs CUDA")
 @pytest.mark.parametrize("T", [1, 4, 32])
 @pytest.mark.parametrize("variant", ["plan", "split_shared", "norm_residual", "topk_in_experts"])
 def test_cuda_graph_and_determinism(T: int, variant: str, monkeypatch) -> None:

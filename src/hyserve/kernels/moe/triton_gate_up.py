@@ -37,8 +37,9 @@ import torch
 import triton
 import triton.language as tl
 
-from hyserve.kernels import tma
+from hyserve.kernels import pdl, tma
 from hyserve.kernels.contracts import require
+from hyserve.kernels.l2_prefetch import prefetch_l2, prefetch_parts
 from hyserve.kernels.moe.routing import block_rows
 from hyserve.kernels.moe.workspace import empty, launch
 from hyserve.kernels.pdl import wait_for_previous
@@ -93,14 +94,24 @@ def _gate_up_kernel(
     STAGES: tl.constexpr,
     W_EVICT: tl.constexpr,
     H_EVICT: tl.constexpr,
+    pf_shared_bytes,
+    pf_routed_bytes,
+    L2PF: tl.constexpr,
     USE_PDL: tl.constexpr,
 ):
     """w_desc, sw_desc: the routed and the shared experts' [BLOCK_I, BLOCK_K] descriptors when TMA (else
     unused). W_EVICT, H_EVICT: the L2 eviction policy of the pointer-loaded weight tiles and of the h stores
-    ("" or "evict_first" / "evict_last", the cfg's ``EVICT``)."""
-    wait_for_previous(USE_PDL)
+    ("" or "evict_first" / "evict_last", the cfg's ``EVICT``). L2PF > 0: the first L2PF programs, resident
+    while the routing's last kernel runs (PDL), prefetch into L2 the weights the first blocks read, which need
+    no routing: the shared expert's pf_shared_bytes and the first routed experts' pf_routed_bytes."""
     n = tl.program_id(0)  # fastest: the N-tiles of a block run back to back (its x / h rows stay in L2)
     b = tl.program_id(1)
+    if L2PF > 0:
+        lin = n + tl.num_programs(0) * b
+        if lin < L2PF:
+            prefetch_l2(sw_ptr, pf_shared_bytes, lin, L2PF, 512)
+            prefetch_l2(w_ptr, pf_routed_bytes, lin, L2PF, 512)
+    wait_for_previous(USE_PDL)
     if b >= tl.load(meta_ptr + 3 * MAXB):
         return
     e, is_shared, pos, rmask, routed, pair = block_rows(meta_ptr, sorted_ptr, b, N, E, MAXB, BLOCK_M)
@@ -200,7 +211,9 @@ def gate_up(
     """-> h [N + T, I] (see the module docstring). cfg: BLOCK_I, BLOCK_K, num_warps, num_stages, TMA
     (optional, block_m >= 16: the weights through tensor descriptors; ignored where none can be made), EVICT
     (optional: h stored "evict_last", so that the down kernel finds it in L2 behind the weight stream, and
-    pointer-loaded weights "evict_first")."""
+    pointer-loaded weights "evict_first"), L2PF and L2PF_E (optional, with PDL on the GPU: L2PF programs
+    prefetch the shared expert's and the first L2PF_E routed experts' weights into L2 during the routing; the
+    blocks list the shared expert first, then the experts by id, so the first programs read those)."""
     T, H = x.shape
     E, two_i, _ = w_gate_up.shape
     inter = two_i // 2
@@ -221,6 +234,11 @@ def gate_up(
     grid = (triton.cdiv(inter, bi), max_blocks)
     descs = tma.expert_descriptors(w_gate_up, sw, [bi, bk]) if cfg.get("TMA") and block_m >= 16 else None
     stages = cfg.get("num_stages", 3)
+    l2pf = prefetch_parts(cfg, pdl.enabled(x)) if w_gate_up.is_contiguous() and sw.is_contiguous() else 0
+    pf_shared = sw.numel() * sw.element_size() if l2pf and shared_gate_up is not None else 0
+    pf_routed = (
+        min(E, int(cfg.get("L2PF_E", 0))) * w_gate_up.stride(0) * w_gate_up.element_size() if l2pf else 0
+    )
     launch(
         _gate_up_kernel,
         grid,
@@ -255,6 +273,9 @@ def gate_up(
         STAGES=stages,
         W_EVICT="evict_first" if cfg.get("EVICT") else "",
         H_EVICT="evict_last" if cfg.get("EVICT") else "",
+        pf_shared_bytes=pf_shared,
+        pf_routed_bytes=pf_routed,
+        L2PF=l2pf,
         num_warps=cfg.get("num_warps", 4),
         num_stages=stages,
     )
