@@ -104,14 +104,14 @@ def _gate_up_kernel(
     ("" or "evict_first" / "evict_last", the cfg's ``EVICT``). L2PF > 0: the first L2PF programs, resident
     while the routing's last kernel runs (PDL), prefetch into L2 the weights the first blocks read, which need
     no routing: the shared expert's pf_shared_bytes and the first routed experts' pf_routed_bytes."""
-    n = tl.program_id(0)  # fastest: the N-tiles of a block run back to back (its x / h rows stay in L2)
-    b = tl.program_id(1)
     if L2PF > 0:
-        lin = n + tl.num_programs(0) * b
+        lin = tl.program_id(0) + tl.num_programs(0) * tl.program_id(1)
         if lin < L2PF:
             prefetch_l2(sw_ptr, pf_shared_bytes, lin, L2PF, 512)
             prefetch_l2(w_ptr, pf_routed_bytes, lin, L2PF, 512)
     wait_for_previous(USE_PDL)
+    n = tl.program_id(0)  # fastest: the N-tiles of a block run back to back (its x / h rows stay in L2)
+    b = tl.program_id(1)
     if b >= tl.load(meta_ptr + 3 * MAXB):
         return
     e, is_shared, pos, rmask, routed, pair = block_rows(meta_ptr, sorted_ptr, b, N, E, MAXB, BLOCK_M)
