@@ -75,7 +75,8 @@ case "${PART:-2}" in
     NAME=qk BATCH=1 KNOBS=qk PASSES=1 REPLAYS=300 LIMIT=240 bash scripts/device/tune_step.sh
     ;;
   9)
-    TAILN=3 run table_tests 200 python3 -m pytest -q -p no:cacheprovider tests/test_token_table.py -k cuda \
+    TAILN=3 run table_tests 200 python3 -m pytest -q -p no:cacheprovider \
+      tests/test_token_table.py::test_cuda_steps_match_the_plain_engine \
       src/hyserve/kernels/moe/test_moe.py::test_grouped_l2_prefetch_changes_nothing
     SIDES="plain:src table:src:--token-table" TESTS=none bash scripts/device/ab_decode.sh
     SIDES="plain:src table:src:--token-table l2pf:.alt2/src" LENS=${LENS:-128,1024} REPS=${REPS:-7} \
