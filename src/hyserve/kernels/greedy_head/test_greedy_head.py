@@ -48,9 +48,20 @@ def test_reference_screen_matches_the_full_head(rows):
     assert (computed >= 1).all() and (computed < SHAPES[0][0] // 10).all()  # the screen screens
 
 
-@pytest.mark.parametrize("shape", SHAPES)
-@pytest.mark.parametrize("rows", [1, 2, 4])
-@pytest.mark.parametrize("plan", PLANS)
+ROWS = [1, 2, 4]
+# every plan at every row count on the small head; on the CPU (the interpreter) the larger head takes each plan at
+# one row count, in turn, which keeps every pair of the three covered at a third of the time
+CASES = [(SHAPES[1], rows, plan) for plan in PLANS for rows in ROWS] + [
+    (shape, rows, plan)
+    for shape in SHAPES[:1] + SHAPES[2:]
+    for i, plan in enumerate(PLANS)
+    for rows in (ROWS if CUDA else ROWS[i % 3 : i % 3 + 1])
+]
+
+
+@pytest.mark.parametrize(
+    ("shape", "rows", "plan"), CASES, ids=[f"{s[0]}x{s[1]}-rows{r}-plan{PLANS.index(p)}" for s, r, p in CASES]
+)
 def test_triton_matches_the_full_head(shape, rows, plan):
     weight, x = _head(*shape, seed=shape[0] + rows)
     weight[shape[0] - 1] = weight[shape[0] // 2]  # a duplicate row: an exact tie, the earlier row must win
