@@ -43,7 +43,10 @@ def test_packed_steps_match_the_bf16_weights(checkpoint, triton_kernels, monkeyp
     # the in-projections' GEMV and the routing out-projections' ([E + hidden, *]: one row a program, M in 2
     # slices)
     tiny = {"BLOCK_N": 8, "BLOCK_K": 64}
-    route = {"BLOCK_N": 1, "BLOCK_K": 16, "M_SPLIT": 2}
+
+    def route(k: int) -> dict:  # one row a program, M in 2 slices, the widest K tile that divides a slice
+        return {"BLOCK_N": 1, "BLOCK_K": next(b for b in (64, 32, 16, 8) if k % (2 * b) == 0), "M_SPLIT": 2}
+
     monkeypatch.setattr(linear_op, "packed_gemv_plan", lambda n, k: {"BLOCK_N": 8, "BLOCK_K": 64})
     tiles = {"gate_up": {"BLOCK_I": 16, "BLOCK_K": 64}, "down": {"BLOCK_I": 32}}
     monkeypatch.setattr(triton_moe, "_packed_tiles", lambda: tiles)
@@ -60,7 +63,7 @@ def test_packed_steps_match_the_bf16_weights(checkpoint, triton_kernels, monkeyp
         )
     llm = LLM(str(checkpoint), device="cpu", dtype="bfloat16", progress=False, max_model_len=32)
     experts, hidden = llm.engine.config.num_experts, llm.engine.config.hidden_size
-    monkeypatch.setattr(rp, "packed_gemv_plan", lambda n, k: route if n == experts + hidden else tiny)
+    monkeypatch.setattr(rp, "packed_gemv_plan", lambda n, k: route(k) if n == experts + hidden else tiny)
     assert prepare_routed_projections(llm.engine.model) > 0
     ids = torch.randint(0, 500, (7,), generator=torch.Generator().manual_seed(8)).tolist()
     plain = _score(llm, ids, [5, 1, 1]).float()
