@@ -40,11 +40,11 @@ def checkpoint(tmp_path_factory):
 )
 def test_packed_steps_match_the_bf16_weights(checkpoint, triton_kernels, monkeypatch):  # noqa: F811
     monkeypatch.setattr(rp, "gemv_plan", linear_op.gemv_plan)
-    # the in-projections' GEMV and the routing out-projections' ([E + hidden, *]: one row a program, M in 2
-    # slices)
+    # the in-projections' GEMV, and the routing out-projections' ([E + hidden, K]: one row a program, M in 2
+    # slices, the widest K tile that divides a slice: the interpreter's time goes with the tiles it walks)
     tiny = {"BLOCK_N": 8, "BLOCK_K": 64}
 
-    def route(k: int) -> dict:  # one row a program, M in 2 slices, the widest K tile that divides a slice
+    def route(k: int) -> dict:
         return {"BLOCK_N": 1, "BLOCK_K": next(b for b in (64, 32, 16, 8) if k % (2 * b) == 0), "M_SPLIT": 2}
 
     monkeypatch.setattr(linear_op, "packed_gemv_plan", lambda n, k: {"BLOCK_N": 8, "BLOCK_K": 64})
