@@ -10,7 +10,7 @@ W=$OUT
 if [ "${TESTS:-}" != none ]; then
   TAILN=3 run tests "${TEST_LIMIT:-120}" python3 -m pytest -q -p no:cacheprovider -x ${TESTS:-tests/test_decode_staging.py}
 fi
-args=(--model $M --load-format dummy --kv-cache-memory-gb 8 --max-num-seqs 32 --max-model-len 8192 --prompt-len 384
+args=(--model $M --load-format dummy --kv-cache-memory-gb "${KVGB:-8}" --max-num-seqs 32 --max-model-len 8192 --prompt-len 384
   --cuda-graph-sizes 1 --prefill-graph-sizes none --batch 1 --steps 30 --no-warmup --top "${TOP:-12}")
 for side in ${SIDES:-after:src before:.base/src}; do
   IFS=: read -r label tree flags <<< "$side"
