@@ -2,7 +2,8 @@
 # The batch-1 decode step, before against after: GPU tests of the changed kernels (TESTS; none: no tests), then
 # scripts/profile_decode.py on the tree's src and on .base/src (the "before" side: `git archive <commit> src |
 # tar -x -C .base`, carried), each once. SIDES (default "after:src before:.base/src") names other label:src-folder
-# pairs, a third field adding engine flags, comma-separated ("table:src:--token-table").
+# pairs, a third field adding engine flags, comma-separated ("table:src:--token-table"). KVGB (8), SEQS (32): the
+# KV cache GiB and --max-num-seqs.
 # Carry .base (and .whl for the common environment).
 set -u
 source "$(dirname "$0")/common.sh"
@@ -10,7 +11,7 @@ W=$OUT
 if [ "${TESTS:-}" != none ]; then
   TAILN=3 run tests "${TEST_LIMIT:-120}" python3 -m pytest -q -p no:cacheprovider -x ${TESTS:-tests/test_decode_staging.py}
 fi
-args=(--model $M --load-format dummy --kv-cache-memory-gb "${KVGB:-8}" --max-num-seqs 32 --max-model-len 8192 --prompt-len 384
+args=(--model $M --load-format dummy --kv-cache-memory-gb "${KVGB:-8}" --max-num-seqs "${SEQS:-32}" --max-model-len 8192 --prompt-len 384
   --cuda-graph-sizes 1 --prefill-graph-sizes none --batch 1 --steps 30 --no-warmup --top "${TOP:-12}")
 for side in ${SIDES:-after:src before:.base/src}; do
   IFS=: read -r label tree flags <<< "$side"

@@ -79,7 +79,7 @@ case "${PART:-2}" in
       tests/test_token_table.py::test_cuda_steps_match_the_plain_engine \
       src/hyserve/kernels/moe/test_moe.py::test_grouped_l2_prefetch_changes_nothing
     # a 4 GiB KV cache on both sides: the table's 5.8 GiB must fit beside the model on an H100 too
-    SIDES="plain:src table:src:--token-table" TESTS=none KVGB=4 bash scripts/device/ab_decode.sh
+    SIDES="plain:src table:src:--token-table" TESTS=none KVGB=4 SEQS=8 bash scripts/device/ab_decode.sh
     SIDES="plain:src table:src:--token-table l2pf:.alt2/src" LENS=${LENS:-128,1024} REPS=${REPS:-7} \
       ROUNDS=${ROUNDS:-1} KVGB=4 bash scripts/device/ab_prefill.sh
     ;;
