@@ -75,6 +75,7 @@ def test_cuda_steps_match_the_plain_engine(checkpoint):
     rounding of the plain engine's, and the same greedy tokens through the scheduler."""
     path, _ = checkpoint
     kw = dict(device="cuda", dtype="bfloat16", progress=False, max_model_len=128, cuda_graph_sizes=[1, 2, 4])
+    kw.update(max_num_seqs=4, kv_cache_memory_gb=1)
     ids = torch.randint(0, 500, (24,), generator=torch.Generator().manual_seed(2)).tolist()
     prompts = [ids[:9], ids]
     params = SamplingParams(max_tokens=8, temperature=0.0, ignore_eos=True)
