@@ -66,7 +66,7 @@ def add_engine_arguments(parser: argparse.ArgumentParser, model_required: bool =
         help="gather the first layer's in-projection by token id from a table computed at load instead of "
         "computing it each step: the same values up to the fp32 sums' order, one weight fewer to read a decode "
         "step, for a table of vocabulary x its rows in memory (6.3 GB for Qwen3.6-35B-A3B; "
-        "layers/token_table.py). Experimental: not timed on the H200 yet",
+        "layers/token_table.py). Experimental: no faster on the H200 so far",
     )
     g.add_argument(
         "--no-warmup",

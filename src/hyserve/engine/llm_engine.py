@@ -60,8 +60,8 @@ class EngineArgs:
     # bf16 weights (0.75 of the bytes, ~50 GB more memory; layers/packed_weights.py). Off until timed.
     pack_weights: bool = False
     # the first layer's in-projection gathered by token id from a table built at load instead of computed
-    # (V x its rows: +6.3 GB for Qwen3.6-35B-A3B, -51.6 MB read a decode step; layers/token_table.py). Off until
-    # timed.
+    # (V x its rows: +6.3 GB for Qwen3.6-35B-A3B, -51.6 MB read a decode step; layers/token_table.py). Off: no
+    # faster on the H200 (docs/performance.md, 2026-12-05).
     token_table: bool = False
     progress: bool = True
 
