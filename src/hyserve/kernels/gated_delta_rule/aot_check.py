@@ -205,7 +205,7 @@ def main() -> None:
                   "cnt_o_ptr": "*i32", "eps": "fp32", "scale": "fp32"}  # fmt: skip
     for _, bv, w in step._CONFIGS:
         consts = dict(H=16, HV=32, G=2, K=128, V=128, W=4, BK=128, BV=bv, BVF=128, NV=128 // bv, NW_DT=tl.bfloat16,
-                      EARLY_STATE=bv < 128, USE_PDL=True)  # fmt: skip
+                      EARLY=bv < 128, USE_PDL=True)  # fmt: skip
         build(step._gdn_decode_step_kernel, step_types, consts, w, label=f"gdn_decode_step BV={bv}")
     conv_types = {
         "x_ptr": BF,

@@ -77,10 +77,11 @@ def test_reference_matches_formula():
 
 
 CASES = [
-    (2, 4, 16, 24, 3, torch.float32, None),  # BV = V: norm in the program
+    (2, 4, 16, 24, 3, torch.float32, None),  # BV = V: norm in the program; small batch: early loads
+    (2, 4, 16, 24, 5, torch.float32, None),  # BV = V past _EARLY_MAX_BATCH: state and gates after the conv
     (2, 4, 16, 24, 3, torch.float32, 8),  # three V tiles: ticketed norm
     (2, 2, 32, 32, 2, torch.float16, 16),
-    (1, 1, 16, 16, 1, torch.float32, None),  # one program per sequence: no tickets at all
+    (1, 1, 16, 16, 1, torch.float32, None),  # one program per key head and sequence: no tickets at all
 ]
 if CUDA:
     CASES += [(16, 32, 128, 128, b, torch.bfloat16, bv) for b in (1, 4, 32, 65) for bv in (None, 32, 64, 128)]

@@ -27,10 +27,10 @@ overwrites them.
 Tiles (``_CONFIGS``, by batch size, from ``bench.py --sweep`` on the H200, 2026-12-02; B=3-4 moved to BV=32 by the
 step tuner on 2026-12-04, a batch-4 step 3572 -> 3558 us): B <= 4: BV=32, 4
 warps (B=1: 32 heads x 4 tiles = 128 programs, 6.9 us); larger: BV=128, 4 warps (one program per head, no
-norm ticket; B=32: 48 us = 2.8 TB/s against 133 us for BV=64 x 8 warps). BV=128 is register-heavy (255 +
-spills at 8 warps; fine at 4); with it the state tile is loaded after the conv (``EARLY_STATE=False``)
-instead of first. Padding rows must still point at distinct
-slots (or one scratch slot whose content does not matter).
+norm ticket; B=32: 48 us = 2.8 TB/s against 133 us for BV=64 x 8 warps). Split tiles, and whole-head tiles up
+to batch ``_EARLY_MAX_BATCH``, load the state tile, the conv windows and the gate parameters before the PDL
+wait (``EARLY``); the register-heavy whole-head tiles of larger batches load the state after the conv.
+Padding rows must still point at distinct slots (or one scratch slot whose content does not matter).
 """
 
 from __future__ import annotations
@@ -46,6 +46,9 @@ from hyserve.kernels.tickets import ticket_counters
 
 # batch size bound -> (BV, num_warps); the first entry whose bound is >= B
 _CONFIGS = ((4, 32, 4), (1 << 30, 128, 4))
+# up to this batch the whole-head tile (BV = V) also loads its state, conv windows and gate parameters before
+# the PDL wait (``EARLY``); split tiles (BV < V) always do
+_EARLY_MAX_BATCH = 4
 
 _TL_DTYPES = {torch.float32: tl.float32, torch.float16: tl.float16, torch.bfloat16: tl.bfloat16}
 
@@ -82,7 +85,7 @@ def _gdn_decode_step_kernel(
     stride_xb, stride_zb, stride_zh, stride_ab, stride_bb, eps, scale,
     H: tl.constexpr, HV: tl.constexpr, G: tl.constexpr, K: tl.constexpr, V: tl.constexpr, W: tl.constexpr,
     BK: tl.constexpr, BV: tl.constexpr, BVF: tl.constexpr, NV: tl.constexpr, NW_DT: tl.constexpr,
-    EARLY_STATE: tl.constexpr,
+    EARLY: tl.constexpr,
     USE_PDL: tl.constexpr,
 ):  # fmt: skip
     i_b = tl.program_id(0)
@@ -101,7 +104,7 @@ def _gdn_decode_step_kernel(
     mv = ov < V
     s_off = ((slot * HV + i_hv) * K + ok[:, None]) * V + ov[None, :]
     EVEN: tl.constexpr = (K == BK) and (V % BV == 0)  # no masks: lets the compiler vectorise the tile
-    if EARLY_STATE:  # the fp32 state tile first: its latency overlaps the conv below
+    if EARLY:  # the fp32 state tile first, before the wait: its latency overlaps the previous kernel's tail
         if EVEN:
             s = tl.load(ssm_ptr + s_off)
         else:
@@ -110,17 +113,17 @@ def _gdn_decode_step_kernel(
     z_base = z_ptr + b64 * stride_zb + i_hv * stride_zh
     of = tl.arange(0, BVF)
     mf = of < V
-    # Small tiles (NV > 1, the batch-1 config: latency-bound) load the gate parameters (weights, before the
-    # wait), a, b and the z row (the previous kernel's, right after it) up front rather than after the conv's
-    # barrier and ticket, which order later loads behind them; the register-heavy big tiles keep them late.
-    # With the model's width-4 conv they also load the conv taps (weights) and the conv state rows (last
+    # EARLY (small batches: latency-bound) loads the gate parameters (weights, before the wait), a, b and the
+    # z row (the previous kernel's, right after it) up front rather than after the conv's barrier and ticket,
+    # which order later loads behind them; the register-heavy big tiles of large batches keep them late.
+    # With the model's width-4 conv it also loads the conv taps (weights) and the conv state rows (last
     # written by this layer's previous step) before the wait, so only the qkv row is left after it.
     cq = i_h * K + ok
     ck = H * K + i_h * K + ok
     cv = 2 * H * K + i_hv * V + ov
     c_base = conv_ptr + slot * ((W - 1) * D)
-    EARLY_CONV: tl.constexpr = NV > 1 and W == 4
-    if NV > 1:
+    EARLY_CONV: tl.constexpr = EARLY and W == 4
+    if EARLY:
         dtb = tl.load(dtb_ptr + i_hv).to(tl.float32)
         a_log = tl.load(alog_ptr + i_hv).to(tl.float32)
         nw_full = tl.load(normw_ptr + of, mask=mf, other=0.0).to(tl.float32)
@@ -131,7 +134,7 @@ def _gdn_decode_step_kernel(
     # the slot indices (staged before the step) and the state (last written by this layer's previous step)
     # are no output of the previous kernel: they load while it finishes; its qkv/z/a/b only after this
     wait_for_previous(USE_PDL)
-    if NV > 1:
+    if EARLY:
         a_raw = tl.load(a_ptr + b64 * stride_ab + i_hv)
         b_raw = tl.load(b_ptr + b64 * stride_bb + i_hv)
         z_full = tl.load(z_base + of, mask=mf, other=0.0).to(tl.float32)
@@ -168,8 +171,11 @@ def _gdn_decode_step_kernel(
         # The ticket first, release only: the fence in front of it has no store of this program to wait
         # for, and nothing after it waits for its round trip; the last program acquires and shifts the q/k
         # windows after its o store. Rows 1 and 2 of the v windows (this program's own) are in registers.
-        ticket = tl.atomic_add(cnt_qk_ptr + b64 * H + i_h, 1, sem="release")
-        last_qk = ticket == G * NV - 1
+        if G * NV > 1:
+            ticket = tl.atomic_add(cnt_qk_ptr + b64 * H + i_h, 1, sem="release")
+            last_qk = ticket == G * NV - 1
+        else:
+            last_qk = True
         tl.store(c_base + cv, hv1, mask=mv)
         tl.store(c_base + D + cv, hv2, mask=mv)
     else:
@@ -192,7 +198,7 @@ def _gdn_decode_step_kernel(
                 tl.store(cnt_qk_ptr + b64 * H + i_h, 0)
 
     # gates (fp32, beta rounded to b's dtype like b.sigmoid())
-    if NV == 1:
+    if not EARLY:
         dtb = tl.load(dtb_ptr + i_hv).to(tl.float32)
         a_log = tl.load(alog_ptr + i_hv).to(tl.float32)
         a_raw = tl.load(a_ptr + b64 * stride_ab + i_hv)
@@ -201,7 +207,7 @@ def _gdn_decode_step_kernel(
     g = -tl.exp(a_log) * softplus(a)
     beta = tl.sigmoid(b_raw.to(tl.float32)).to(b_raw.dtype).to(tl.float32)
 
-    if not EARLY_STATE:  # big tiles: keep the conv's registers and the tile's apart
+    if not EARLY:  # big tiles: keep the conv's registers and the tile's apart
         if EVEN:
             s = tl.load(ssm_ptr + s_off)
         else:
@@ -219,28 +225,36 @@ def _gdn_decode_step_kernel(
     if NV == 1:
         var = tl.sum(o * o, 0) / V
         hn = (o * tl.rsqrt(var + eps)).to(X_DT).to(tl.float32)
-        nw = tl.load(normw_ptr + ov, mask=mv, other=0.0).to(tl.float32)
-        zz = tl.load(z_base + ov, mask=mv, other=0.0).to(tl.float32)
+        if EARLY:
+            nw = nw_full
+            zz = z_full
+        else:
+            nw = tl.load(normw_ptr + ov, mask=mv, other=0.0).to(tl.float32)
+            zz = tl.load(z_base + ov, mask=mv, other=0.0).to(tl.float32)
         y = (nw * hn).to(NW_DT).to(tl.float32) * (zz * tl.sigmoid(zz))
         tl.store(o_base + ov, y.to(X_DT), mask=mv)
     else:
         tl.store(o_base + ov, o.to(X_DT), mask=mv)
-        if EARLY_CONV and last_qk:  # every reader of this key head's q/k windows has released its ticket
-            cnt = cnt_qk_ptr + b64 * H + i_h
-            if G * NV > 1:  # their reads before these stores; the counter back to 0
-                tl.atomic_xchg(cnt, 0, sem="acquire")
-            tl.store(c_base + cq, hq1, mask=mk)
-            tl.store(c_base + D + cq, hq2, mask=mk)
-            tl.store(c_base + 2 * D + cq, xq.to(C_DT), mask=mk)
-            tl.store(c_base + ck, hk1, mask=mk)
-            tl.store(c_base + D + ck, hk2, mask=mk)
-            tl.store(c_base + 2 * D + ck, xk.to(C_DT), mask=mk)
+    if EARLY_CONV and last_qk:  # every reader of this key head's q/k windows has released its ticket
+        cnt = cnt_qk_ptr + b64 * H + i_h
+        if G * NV > 1:  # their reads before these stores; the counter back to 0
+            tl.atomic_xchg(cnt, 0, sem="acquire")
+        tl.store(c_base + cq, hq1, mask=mk)
+        tl.store(c_base + D + cq, hq2, mask=mk)
+        tl.store(c_base + 2 * D + cq, xq.to(C_DT), mask=mk)
+        tl.store(c_base + ck, hk1, mask=mk)
+        tl.store(c_base + D + ck, hk2, mask=mk)
+        tl.store(c_base + 2 * D + ck, xk.to(C_DT), mask=mk)
+    if NV > 1:
         tl.debug_barrier()
         ticket_o = tl.atomic_add(cnt_o_ptr + b64 * HV + i_hv, 1, sem="acq_rel")
         if ticket_o == NV - 1:  # all tiles of this head are stored: normalise the head
             oh = tl.load(o_base + of, mask=mf, other=0.0, cache_modifier=".cg").to(tl.float32)
             var = tl.sum(oh * oh, 0) / V
             hn = (oh * tl.rsqrt(var + eps)).to(X_DT).to(tl.float32)
+            if not EARLY:
+                nw_full = tl.load(normw_ptr + of, mask=mf, other=0.0).to(tl.float32)
+                z_full = tl.load(z_base + of, mask=mf, other=0.0).to(tl.float32)
             y = (nw_full * hn).to(NW_DT).to(tl.float32) * (z_full * tl.sigmoid(z_full))
             tl.store(o_base + of, y.to(X_DT), mask=mf)
             tl.store(cnt_o_ptr + b64 * HV + i_hv, 0)
@@ -274,9 +288,9 @@ def gdn_decode_step_triton(
     block_v: int | None = None,
     num_warps: int | None = None,
     out: torch.Tensor | None = None,
-    early_state: bool | None = None,
+    early: bool | None = None,
 ) -> torch.Tensor:
-    """Same contract as ``gdn_decode_step_reference``; ``block_v``/``num_warps`` override the config,
+    """Same contract as ``gdn_decode_step_reference``; ``block_v``/``num_warps``/``early`` override the config,
     ``out`` [B, HV, V] contiguous receives o (else allocated)."""
     batch, dim = mixed_qkv.shape
     _, hv, kd, vd = ssm_state.shape
@@ -305,14 +319,15 @@ def gdn_decode_step_triton(
     bv, warps = decode_step_config(batch)
     bk, bvf = max(16, triton.next_power_of_2(kd)), max(16, triton.next_power_of_2(vd))
     bv = min(block_v or bv, bvf)
-    early_state = bv < 128 if early_state is None else early_state
+    nv = triton.cdiv(vd, bv)
+    early = (nv > 1 or batch <= _EARLY_MAX_BATCH) if early is None else early
     ws = _workspace(mixed_qkv.device, batch * (h + hv))
     nw_dt = _TL_DTYPES[torch.promote_types(norm_weight.dtype, mixed_qkv.dtype)]
     _gdn_decode_step_kernel[(batch, hv, triton.cdiv(vd, bv))](
         mixed_qkv, z, a, b, conv_weight, A_log, dt_bias, norm_weight,
         conv_state, ssm_state, state_indices, out, ws, ws[batch * h :],
         mixed_qkv.stride(0), z.stride(0), z.stride(1), a.stride(0), b.stride(0), eps, kd**-0.5,
-        H=h, HV=hv, G=hv // h, K=kd, V=vd, W=width, BK=bk, BV=bv, BVF=bvf, NV=triton.cdiv(vd, bv),
-        NW_DT=nw_dt, EARLY_STATE=early_state, num_warps=num_warps or warps, **launch_options(out),
+        H=h, HV=hv, G=hv // h, K=kd, V=vd, W=width, BK=bk, BV=bv, BVF=bvf, NV=nv,
+        NW_DT=nw_dt, EARLY=early, num_warps=num_warps or warps, **launch_options(out),
     )  # fmt: skip
     return out
