@@ -41,6 +41,14 @@
 #          L2PF=132, L2PF_E=4) for b, v in d['buckets'].items() if v['down_mode'] == 'scatter' and int(b) >= 128]; \
 #          json.dump(d, open(p, 'w'), indent=1)"
 #          Expected: at most the 21 MB's ~5 us a layer (~-0.2 ms a prefill), if they stay in L2 until read.
+#   PART=10 (~8 min; carry .whl, .alt): the DeltaNet decode step's whole-head tile (BV 128) with the early loads
+#          (state, conv windows and gates before the PDL wait; baf5e2c made them possible for BV = V at batch <= 4):
+#          its GPU tests, `bench` at B 1/2/4 for BV 32/64/128, then the B=1 step (ab_decode.sh) against .alt/src =
+#          src with _CONFIGS' first entry (4, 128, 4), twice each. Make .alt with rm -rf .alt && mkdir .alt && cp -r
+#          src .alt/ && sed -i 's/^_CONFIGS = ((4, 32, 4),/_CONFIGS = ((4, 128, 4),/' \
+#          .alt/src/hyserve/kernels/gdn_decode_step/triton_kernel.py
+#          Expected: the norm's ticket and .cg reload (~1.5 us a layer) gone, against 4x the tile per program.
+#          Last, `gated_delta_rule.bench`: the DeltaNet kernels beside fla-core's (never recorded so far).
 # Suggested order for a fresh session (~30 device minutes, ~3 of them per cold start): PART=6, PART=8, PART=9; turn
 # on what won (the MoE table's EVICT, attention.json's fused_qk), commit, then verify_serve.sh (the HTTP table and
 # `hyserve verify` at that commit); PART=7 with what is left.
@@ -83,5 +91,18 @@ case "${PART:-2}" in
     SIDES="plain:src table:src:--token-table l2pf:.alt2/src" LENS=${LENS:-128,1024} REPS=${REPS:-7} \
       ROUNDS=${ROUNDS:-1} KVGB=4 bash scripts/device/ab_prefill.sh
     ;;
-  *) echo "PART must be 2 to 9" && exit 2 ;;
+  10)
+    TAILN=3 run gdn_tests 300 python3 -m pytest -q -p no:cacheprovider src/hyserve/kernels/gdn_decode_step
+    TAILN=20 run gdn_bench 200 python3 -c "
+from hyserve.kernels.gdn_decode_step.bench import bench
+for b in (1, 2, 4):
+    for bv, w in ((32, 4), (64, 4), (128, 4), (128, 8)):
+        r = bench(b, bv, w, baselines=False)
+        print(f'B={b} BV={bv} warps={w}: {r[\"us\"]:.2f} us')
+"
+    SIDES=${SIDES:-split:src whole:.alt/src split2:src whole2:.alt/src} TESTS=none bash scripts/device/ab_decode.sh
+    # the DeltaNet kernels against fla-core's (from the carried wheels): decode B 1-64, prefill 128-4096 tokens
+    TAILN=16 run gdr_bench 150 python3 -m hyserve.kernels.gated_delta_rule.bench
+    ;;
+  *) echo "PART must be 2 to 10" && exit 2 ;;
 esac
