@@ -61,14 +61,6 @@ def add_engine_arguments(parser: argparse.ArgumentParser, model_required: bool =
         "not faster than the bf16 kernels on the H200 yet",
     )
     g.add_argument(
-        "--token-table",
-        action="store_true",
-        help="gather the first layer's in-projection by token id from a table computed at load instead of "
-        "computing it each step: the same values up to the fp32 sums' order, one weight fewer to read a decode "
-        "step, for a table of vocabulary x its rows in memory (6.3 GB for Qwen3.6-35B-A3B; "
-        "layers/token_table.py). Experimental: no faster on the H200 so far",
-    )
-    g.add_argument(
         "--no-warmup",
         dest="warmup",
         action="store_false",
@@ -99,7 +91,6 @@ def engine_args_from(ns: argparse.Namespace) -> EngineArgs:
         greedy_screen=ns.greedy_screen,
         routed_projections=ns.routed_projections,
         pack_weights=ns.pack_weights,
-        token_table=ns.token_table,
     )
 
 

@@ -21,7 +21,6 @@ from hyserve.engine.scheduler import ScheduledSequence, Scheduler, SchedulerConf
 from hyserve.engine.sequence import Sequence, SequenceStatus
 from hyserve.layers.packed_weights import prepare_packed_weights
 from hyserve.layers.routed_projection import prepare_routed_projections
-from hyserve.layers.token_table import prepare_token_table
 from hyserve.model.loader import build_model
 
 log = logging.getLogger(__name__)
@@ -59,10 +58,6 @@ class EngineArgs:
     # on CUDA with graphs, few-token steps stream lossless 12-bit copies of the in-projections' and the experts'
     # bf16 weights (0.75 of the bytes, ~50 GB more memory; layers/packed_weights.py). Off until timed.
     pack_weights: bool = False
-    # the first layer's in-projection gathered by token id from a table built at load instead of computed
-    # (V x its rows: +6.3 GB for Qwen3.6-35B-A3B, -51.6 MB read a decode step; layers/token_table.py). Off: no
-    # faster on the H200 (docs/performance.md, 2026-12-05).
-    token_table: bool = False
     progress: bool = True
 
     def resolved_device(self) -> torch.device:
@@ -147,9 +142,6 @@ class LLMEngine:
         if self.device.type == "cuda" and args.pack_weights and not args.enforce_eager:
             nbytes = prepare_packed_weights(self.model)
             log.info("12-bit copies of the few-token steps' weights: %.2f GB", nbytes / 1e9)
-        if args.token_table:
-            nbytes = prepare_token_table(self.model)
-            log.info("the first layer's in-projection by token id: %.2f GB", nbytes / 1e9)
         self.max_model_len = args.max_model_len or min(self.config.max_position_embeddings, 32768)
         if self.max_model_len > self.config.max_position_embeddings:
             raise ValueError(
