@@ -105,6 +105,21 @@ def test_triton_matches_reference(h, hv, kd, vd, batch, dtype, block_v):
     assert not _workspace(out.device, 0).any()  # every ticket counter back to zero
 
 
+@pytest.mark.parametrize("block_v,early", [(8, False), (None, True), (None, False)])
+def test_early_loads_either_way(block_v, early):
+    """``early`` (state, conv windows and gates before the PDL wait) on and off, split and whole-head tiles: the
+    same numbers and the same conv state."""
+    args = list(_inputs(2, 4, 16, 24, 2, torch.float32, seed=7))
+    cs, ss, slots = args[9], args[10], args[11]
+    cs_ref, ss_ref, cs_tri, ss_tri = cs.clone(), ss.clone(), cs.clone(), ss.clone()
+    want = gdn_decode_step_reference(*args[:9], cs_ref, ss_ref, slots)
+    got = gdn_decode_step_triton(*args[:9], cs_tri, ss_tri, slots, block_v=block_v, early=early)
+    assert rel_err(got, want) < TOL[torch.float32]
+    assert torch.equal(cs_tri, cs_ref)
+    assert rel_err(ss_tri[slots], ss_ref[slots]) < STATE_TOL[torch.float32]
+    assert not _workspace(got.device, 0).any()
+
+
 @pytest.mark.parametrize("width", [2, 3])
 def test_other_conv_widths(width):
     """Small V tiles load a width-4 conv's taps and state rows before the PDL wait; other widths take the
