@@ -31,7 +31,8 @@ norm ticket; B=32: 48 us = 2.8 TB/s against 133 us for BV=64 x 8 warps). Split t
 to batch ``_EARLY_MAX_BATCH``, load the state tile, the conv windows and the gate parameters before the PDL
 wait (``EARLY``); the register-heavy whole-head tiles of larger batches load the state after the conv. The
 whole-head tile with the early loads wins alone at B=2-4 (``bench``) but loses in the graph-replayed step at
-B=1, 2 and 4 (+26, +27, +21 us a step; docs/performance.md, 8dab29b), so the small batches keep BV=32.
+B=1, 2 and 4 (it adds 26 / 27 / 21 us more to the step; docs/performance.md, 8dab29b), so the small batches
+keep BV=32.
 Padding rows must still point at distinct slots (or one scratch slot whose content does not matter).
 """
 
