@@ -57,21 +57,12 @@ class RoutedProjections:
             self.w_in.stride(0) * self.w_in.element_size() + self.w_out.stride(0) * self.w_out.element_size()
         )
 
-    def takes_in(self, x: torch.Tensor, norm: nn.Module | None, residual: torch.Tensor | None) -> bool:
-        """Whether the in-projection of x is this layer's routed one (one token on the Triton path)."""
-        return norm is not None and residual is None and rp.fast(x, self.w_in)
-
     def project_in(self, x: torch.Tensor, norm: nn.Module | None, residual: torch.Tensor | None):
         """The in-projection at one token: its output, ``W_r' h0`` kept; None (not taken) otherwise."""
-        if not self.takes_in(x, norm, residual):
+        if norm is None or residual is not None or not rp.fast(x, self.w_in):
             return None
         y = rp.project_in(x, self.w_in, self.n_in, norm.weight, norm.eps, self._plans()[0], self.w_in_packed)
-        return self.keep_partial(y)
-
-    def keep_partial(self, y: torch.Tensor) -> torch.Tensor:
-        """y [1, n_in + E], the in-projection with the router's rows (``project_in``'s, or a token table's):
-        keeps ``W_r' h0`` for the out-projection and returns the in-projection's own n_in columns."""
-        self._partial = y[:, self.n_in :]
+        self._partial = y[:, self.n_in :]  # [1, E]: the router's rows
         return y[:, : self.n_in]
 
     def project_out(self, a: torch.Tensor, norm: nn.Module | None, residual: torch.Tensor | None):

@@ -203,9 +203,9 @@ def main() -> None:
     step_types = {"x_ptr": BF, "z_ptr": BF, "a_ptr": BF, "b_ptr": BF, "convw_ptr": BF, "alog_ptr": BF, "dtb_ptr": BF,
                   "normw_ptr": BF, "conv_ptr": BF, "ssm_ptr": F32, "idx_ptr": "*i64", "o_ptr": BF, "cnt_qk_ptr": "*i32",
                   "cnt_o_ptr": "*i32", "eps": "fp32", "scale": "fp32"}  # fmt: skip
-    for _, bv, w in step._CONFIGS:
+    for bound, bv, w in step._CONFIGS:
         consts = dict(H=16, HV=32, G=2, K=128, V=128, W=4, BK=128, BV=bv, BVF=128, NV=128 // bv, NW_DT=tl.bfloat16,
-                      EARLY=bv < 128, USE_PDL=True)  # fmt: skip
+                      EARLY=step.early_loads(128 // bv, bound), USE_PDL=True)  # fmt: skip
         build(step._gdn_decode_step_kernel, step_types, consts, w, label=f"gdn_decode_step BV={bv}")
     conv_types = {
         "x_ptr": BF,

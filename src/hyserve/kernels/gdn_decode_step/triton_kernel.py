@@ -275,6 +275,11 @@ def decode_step_config(batch: int) -> tuple[int, int]:
     raise AssertionError
 
 
+def early_loads(v_tiles: int, batch: int) -> bool:
+    """The kernel's ``EARLY`` for ``v_tiles`` = V / BV programs a head at ``batch`` sequences."""
+    return v_tiles > 1 or batch <= _EARLY_MAX_BATCH
+
+
 def gdn_decode_step_triton(
     mixed_qkv: torch.Tensor,
     z: torch.Tensor,
@@ -323,10 +328,10 @@ def gdn_decode_step_triton(
     bk, bvf = max(16, triton.next_power_of_2(kd)), max(16, triton.next_power_of_2(vd))
     bv = min(block_v or bv, bvf)
     nv = triton.cdiv(vd, bv)
-    early = (nv > 1 or batch <= _EARLY_MAX_BATCH) if early is None else early
+    early = early_loads(nv, batch) if early is None else early
     ws = _workspace(mixed_qkv.device, batch * (h + hv))
     nw_dt = _TL_DTYPES[torch.promote_types(norm_weight.dtype, mixed_qkv.dtype)]
-    _gdn_decode_step_kernel[(batch, hv, triton.cdiv(vd, bv))](
+    _gdn_decode_step_kernel[(batch, hv, nv)](
         mixed_qkv, z, a, b, conv_weight, A_log, dt_bias, norm_weight,
         conv_state, ssm_state, state_indices, out, ws, ws[batch * h :],
         mixed_qkv.stride(0), z.stride(0), z.stride(1), a.stride(0), b.stride(0), eps, kd**-0.5,
