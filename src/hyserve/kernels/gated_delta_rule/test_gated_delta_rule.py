@@ -147,6 +147,59 @@ def test_prefill_triton_matches_reference(h, hv, kd, vd, lens, dtype, fused, mon
     _check_untouched(state, s_tri, used)
 
 
+# (H, HV, K, V, sequence lengths, dtype): the conv inside the chunk kernels (``conv=``); sequences shorter than
+# the conv's history, empty, one chunk and several, with and without a history (every third has none)
+PREFILL_CONV = [(2, 4, 16, 24, [2, 70, 0, 1, 5], torch.float32), (2, 2, 32, 32, [130, 3], torch.float16)]
+if CUDA:
+    PREFILL_CONV += [
+        (16, 32, 128, 128, [1, 100, 1000, 2, 192, 63], torch.bfloat16),
+        (16, 32, 128, 128, [4096], torch.bfloat16),
+    ]
+
+
+@pytest.mark.parametrize("h,hv,kd,vd,lens,dtype", PREFILL_CONV)
+def test_prefill_conv_matches_conv_then_prefill(h, hv, kd, vd, lens, dtype, monkeypatch):
+    """The same bits as causal_conv1d_prefill's kernel followed by the chunk kernels (output, DeltaNet state and
+    conv state), and within TOL of the two references."""
+    from hyserve.kernels.causal_conv1d.reference import causal_conv1d_prefill_reference
+    from hyserve.kernels.causal_conv1d.triton_kernel import causal_conv1d_prefill_triton
+
+    monkeypatch.setattr(triton_prefill, "POISON_SCRATCH", True)
+    q, k, v, g, beta, state, cu, idx, init = _inputs(h, hv, kd, vd, lens, dtype)
+    t, d, width = q.shape[0], q.stride(0), 4
+    x = torch.as_strided(q, (t, d), (d, 1))  # the raw projection q, k, v are views of
+    gen = torch.Generator().manual_seed(1)
+    weight = (torch.randn(d, width, generator=gen) * 0.5).to(dtype).to(DEVICE)
+    conv_state = torch.randn(state.shape[0], width - 1, d, generator=gen).to(dtype).to(DEVICE)
+    conv_state[idx[~init.to(idx.device)]] = float("nan")  # no history: must not be read
+    used = torch.tensor([s for s, n in zip(idx.tolist(), lens) if n > 0], dtype=torch.long)
+
+    cs_two, s_two = conv_state.clone(), state.clone()
+    y = causal_conv1d_prefill_triton(x, weight, cs_two, cu, idx, init)
+    yq, yk, yv = y.split([h * kd, h * kd, hv * vd], dim=-1)
+    two = gated_delta_rule_prefill_triton(
+        yq.view(t, h, kd), yk.view(t, h, kd), yv.view(t, hv, vd), g, beta, s_two, cu, idx, init
+    )
+    cs_one, s_one = conv_state.clone(), state.clone()
+    one = gated_delta_rule_prefill_triton(q, k, v, g, beta, s_one, cu, idx, init, conv=(x, weight, cs_one))
+    assert not one.isnan().any()
+    assert torch.equal(one, two)
+    assert torch.equal(s_one[used.to(DEVICE)], s_two[used.to(DEVICE)])
+    _check_untouched(state, s_one, used)
+    bits = lambda c: c.view(torch.int16)  # noqa: E731 - NaN-aware equality of the conv states
+    assert torch.equal(bits(cs_one), bits(cs_two))
+
+    cs_ref, s_ref = conv_state.clone(), state.clone()
+    yr = causal_conv1d_prefill_reference(x, weight, cs_ref, cu, idx, init)
+    rq, rk, rv = yr.split([h * kd, h * kd, hv * vd], dim=-1)
+    want = gated_delta_rule_prefill_reference(
+        rq.view(t, h, kd), rk.view(t, h, kd), rv.view(t, hv, vd), g, beta, s_ref, cu, idx, init
+    )
+    assert rel_err(one, want) < TOL[dtype]
+    assert rel_err(s_one[used.to(DEVICE)], s_ref[used.to(DEVICE)]) < TOL[dtype]
+    assert torch.equal(cs_ref[used.to(DEVICE)], cs_one[used.to(DEVICE)])
+
+
 DECODE = [(2, 4, 16, 24, 3, torch.float32, None), (2, 2, 32, 32, 2, torch.float16, 16)]
 DECODE += [(2, 4, 16, 24, 1, torch.float32, 8)]
 if CUDA:

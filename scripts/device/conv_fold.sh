@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# The DeltaNet prefill's conv inside the chunk kernels (`gated_delta_rule_prefill_conv`), on the H200.
+# PART=1: its GPU tests and `tests/test_prefill_graphs.py`, then `gated_delta_rule.bench --conv` on src and on the
+# trees named in BENCH_TREES (other builds of the kernel, carried). PART=2: the first token without HTTP, before
+# (.base/src, carried) against src (`ab_prefill.sh`). Carry .whl (and .base, the BENCH_TREES).
+set -u
+source "$(dirname "$0")/common.sh"
+if [ "${PART:-1}" = 1 ]; then
+  TAILN=6 run tests 240 python3 -m pytest -q -x src/hyserve/kernels/gated_delta_rule/test_gated_delta_rule.py \
+    -k "conv or prefill_triton"
+  TAILN=4 run graphs 200 python3 -m pytest -q -x tests/test_prefill_graphs.py
+  for tree in src ${BENCH_TREES:-}; do
+    PYTHONPATH=/tmp/site:$tree TAILN=7 run "bench_${tree//\//_}" 150 python3 -m hyserve.kernels.gated_delta_rule.bench --conv
+  done
+else
+  LENS=${LENS:-128,1024,4096} REPS=${REPS:-5} ROUNDS=${ROUNDS:-2} bash "$(dirname "$0")/ab_prefill.sh"
+fi
