@@ -352,6 +352,8 @@ def test_vllm_sampling_extras_are_accepted(client):
 
 
 def test_models_health_and_metrics(server, client):
+    # one request of its own, so that the counters exist when this test runs alone
+    client.completions.create(model=MODEL_NAME, prompt="metrics", max_tokens=3, temperature=0)
     models = client.models.list().data
     assert [m.id for m in models] == [MODEL_NAME]
     assert models[0].model_extra["max_model_len"] == server.engine.max_model_len
