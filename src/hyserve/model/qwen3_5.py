@@ -112,16 +112,16 @@ class GatedDeltaNet(nn.Module):
                 batch.state_indices,
             )
             return self.out_proj(o.reshape(t, self.value_dim), residual=x)
-        # the gates g = -exp(A_log) softplus(a + dt_bias) [T, HV] fp32 (log-decay <= 0) and beta = sigmoid(b) (write
-        # strength); then the causal conv of [q | k | v] and the chunked delta rule (one op: the chunk kernels apply
-        # the conv to their input tiles)
-        g, beta = ops.gdn_gating(a, b, self.A_log, self.dt_bias)
+        # the causal conv of [q | k | v], the gates g = -exp(A_log) softplus(a + dt_bias) [T, HV] fp32 (log-decay
+        # <= 0) and beta = sigmoid(b) (write strength), then the chunked delta rule
         o = ops.gated_delta_rule_prefill_conv(
             mixed_qkv,
             self.conv1d.weight,
             conv_state,
-            g,
-            beta,
+            a,
+            b,
+            self.A_log,
+            self.dt_bias,
             ssm_state,
             batch.cu_seqlens_q,
             batch.state_indices,

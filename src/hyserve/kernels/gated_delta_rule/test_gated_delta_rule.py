@@ -200,6 +200,40 @@ def test_prefill_conv_matches_conv_then_prefill(h, hv, kd, vd, lens, dtype, monk
     assert torch.equal(cs_ref[used.to(DEVICE)], cs_one[used.to(DEVICE)])
 
 
+@pytest.mark.parametrize("placement", ["reference", "conv kernel", "conv inside"])
+def test_prefill_conv_op(placement, monkeypatch):
+    """The model's op (conv, gates, chunked rule from the raw projection) on each path against the references."""
+    import hyserve.kernels.gated_delta_rule as op
+    from hyserve.kernels.causal_conv1d.reference import causal_conv1d_prefill_reference
+    from hyserve.kernels.gdn_gating import gdn_gating_reference
+
+    monkeypatch.setenv("HYSERVE_KERNELS", "reference" if placement == "reference" else "triton")
+    monkeypatch.setitem(triton_prefill._CONFIGS, "conv_inside", placement == "conv inside")
+    h, hv, kd, vd, lens = 2, 4, 16, 16, [70, 2, 5]
+    q, k, v, _, _, state, cu, idx, init = _inputs(h, hv, kd, vd, lens, torch.float32)
+    t, d = q.shape[0], q.stride(0)
+    x = torch.as_strided(q, (t, d), (d, 1))
+    gen = torch.Generator().manual_seed(2)
+    weight = (torch.randn(d, 1, 4, generator=gen) * 0.5).to(DEVICE)
+    conv_state = torch.randn(state.shape[0], 3, d, generator=gen).to(DEVICE)
+    ab = torch.randn(t, 2 * hv, generator=gen).to(DEVICE)
+    a, b = ab[:, :hv], ab[:, hv:]
+    a_log, dt_bias = torch.rand(hv, generator=gen).to(DEVICE), torch.randn(hv, generator=gen).to(DEVICE)
+    cs_ref, s_ref = conv_state.clone(), state.clone()
+    y = causal_conv1d_prefill_reference(x, weight.view(d, 4), cs_ref, cu, idx, init)
+    g, beta = gdn_gating_reference(a, b, a_log, dt_bias)
+    yq, yk, yv = y.split([h * kd, h * kd, hv * vd], dim=-1)
+    want = gated_delta_rule_prefill_reference(
+        yq.view(t, h, kd), yk.view(t, h, kd), yv.view(t, hv, vd), g, beta, s_ref, cu, idx, init
+    )
+    cs, s = conv_state.clone(), state.clone()
+    got = op.gated_delta_rule_prefill_conv(x, weight, cs, a, b, a_log, dt_bias, s, cu, idx, init, h, kd, vd)
+    assert rel_err(got, want) < 1e-5
+    assert torch.allclose(cs, cs_ref)
+    used = idx.to(DEVICE)
+    assert rel_err(s[used], s_ref[used]) < 1e-5
+
+
 DECODE = [(2, 4, 16, 24, 3, torch.float32, None), (2, 2, 32, 32, 2, torch.float16, 16)]
 DECODE += [(2, 4, 16, 24, 1, torch.float32, 8)]
 if CUDA:

@@ -45,6 +45,9 @@ CHUNK = 64
 
 # Tile configs (data, picked here by the wrapper): BV of the state / output kernels, warps, stages.
 _CONFIGS = {
+    # gated_delta_rule_prefill_conv: the causal conv inside the chunk kernels (``conv=``) instead of the conv kernel
+    # (with the gates' column) before them; off until timed on the H200
+    "conv_inside": False,
     "fused_output": True,  # _state_output_kernel (2 launches) instead of _state_kernel + _output_kernel (3)
     # 4 warps: 255 registers a thread fit two programs an SM (8 warps took 204 a thread: one), which halves the
     # waves of this latency-bound solve; 3 stages prefetch the state loop's next chunk one tile deeper
@@ -56,6 +59,11 @@ _CONFIGS = {
     "state": {"BV": 32, "num_warps": 4, "num_stages": 2},
     "output": {"BV": 64, "num_warps": 4},
 }
+
+
+def conv_inside() -> bool:
+    """Whether ``gated_delta_rule_prefill_conv`` runs the conv inside the chunk kernels (the config's entry)."""
+    return bool(_CONFIGS["conv_inside"])
 
 
 @triton.jit
