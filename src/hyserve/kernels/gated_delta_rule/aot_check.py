@@ -175,7 +175,7 @@ def main() -> None:
                   "idx_ptr": "*i64", "init_ptr": "*i8", "qk_ptr": BF, "scale": "fp32"}  # fmt: skip
     # without the conv, then with it (``conv=``: the column offsets q_col, k_col, v_col are multiples of 16)
     for fused, with_conv in ((1, False), (0, False), (1, True)):
-        consts = {**gdn, "BV": 128, "BN": 16, "FUSED": fused, "CONV": with_conv, "W": 4, "WP": 4}
+        consts = {**gdn, "BV": 128, "BN": 16, "FUSED": fused, "CONV": with_conv, "W": 4}
         build(pre._prepare_kernel, prep_types, consts, cfg["prepare"]["num_warps"],
               label=f"prefill prepare FUSED={fused} CONV={int(with_conv)}",
               aligned=("q_col", "k_col", "v_col"))  # fmt: skip

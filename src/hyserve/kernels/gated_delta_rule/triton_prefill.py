@@ -114,7 +114,7 @@ def _chunk_inverse(a, PREC: tl.constexpr):
 
 @triton.jit
 def _input_tile(ptr, stride_t, rows, mr, start, chunk, x_col, cw_ptr, cs_ptr, slot, n_hist, D,
-                NC: tl.constexpr, BC: tl.constexpr, CONV: tl.constexpr, W: tl.constexpr, WP: tl.constexpr):  # fmt: skip
+                NC: tl.constexpr, BC: tl.constexpr, CONV: tl.constexpr, W: tl.constexpr):  # fmt: skip
     """Rows ``rows`` [64] x the NC columns of q, k or v [64, BC] in the model dtype, from ``ptr`` (the head's
     first column): as stored, or with CONV the conv's output computed here from the raw projection (``ptr`` into
     it, ``x_col`` the head's column there): SiLU(sum_w cw[c, w] x[t - W + 1 + w, c]), fp32 taps in the conv
@@ -172,7 +172,7 @@ def _prepare_kernel(
     q_col, k_col, v_col, D,
     HV: tl.constexpr, G: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
     BN: tl.constexpr, DT: tl.constexpr, PREC: tl.constexpr, FUSED: tl.constexpr, CONV: tl.constexpr,
-    W: tl.constexpr, WP: tl.constexpr,
+    W: tl.constexpr,
 ):  # fmt: skip
     pid = tl.program_id(0)
     i_hv = tl.program_id(1)
@@ -196,14 +196,13 @@ def _prepare_kernel(
         n_hist = 0
     # model-dtype tiles straight into the dots; the L2 norms become row/column scales of the outputs
     k = _input_tile(k_ptr + i_h * stride_kh, stride_kt, rows, mr, seq_start, chunk, k_col + i_h * stride_kh, cw_ptr,
-                    cs_ptr, slot, n_hist, D, K, BK, CONV, W, WP)  # fmt: skip
+                    cs_ptr, slot, n_hist, D, K, BK, CONV, W)  # fmt: skip
     v = _input_tile(v_ptr + i_hv * stride_vh, stride_vt, rows, mr, seq_start, chunk, v_col + i_hv * stride_vh,
-                    cw_ptr, cs_ptr, slot, n_hist, D, V, BV, CONV, W, WP)  # fmt: skip
-    qk = (
-        qk_ptr + rows[:, None] * (2 * (HV // G) * K) + i_h * K + ok[None, :]
-    )  # (CONV: the conv's q, k for later)
+                    cw_ptr, cs_ptr, slot, n_hist, D, V, BV, CONV, W)  # fmt: skip
+    # (CONV) the conv's q and k [T, 2, H, K] for _state_output_kernel, stored by one program of the key head
+    qk = qk_ptr + rows[:, None] * (2 * (HV // G) * K) + i_h * K + ok[None, :]
     qk_mask = mr[:, None] & (ok[None, :] < tl.where(i_hv % G == 0, K, 0))  # (the scalar folded into a bound)
-    if CONV:  # one program of the key head stores its k and q for _state_output_kernel
+    if CONV:
         tl.store(qk + (HV // G) * K, k, mask=qk_mask)
     g = tl.load(g_ptr + rows * stride_gt + i_hv, mask=mr, other=0.0).to(tl.float32)
     beta = tl.load(beta_ptr + rows * stride_bt + i_hv, mask=mr, other=0.0).to(tl.float32)
@@ -235,7 +234,7 @@ def _prepare_kernel(
     if FUSED:  # the S-independent half of the output, for _state_output_kernel
         # (with CONV, q's conv comes after the w / u stores, past the solve's register peak)
         q = _input_tile(q_ptr + i_h * stride_qh, stride_qt, rows, mr, seq_start, chunk, q_col + i_h * stride_qh,
-                        cw_ptr, cs_ptr, slot, n_hist, D, K, BK, CONV, W, WP)  # fmt: skip
+                        cw_ptr, cs_ptr, slot, n_hist, D, K, BK, CONV, W)  # fmt: skip
         if CONV:
             tl.store(qk, q, mask=qk_mask)
         qf = q.to(tl.float32)
@@ -552,7 +551,7 @@ def gated_delta_rule_prefill_triton(
         q, k, v, g, beta, cu_seqlens, w, u, cum, rk, aqk, qs, conv_args[1], conv_args[2], state_indices,
         has_initial_state, qk,
         q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0), v.stride(1), g.stride(0), beta.stride(0),
-        n, kd**-0.5, *cols, d_x, **meta, **conv_meta, WP=_pow2(conv_meta["W"] - 1, floor=1), BV=bvf, BN=bn, FUSED=fused,
+        n, kd**-0.5, *cols, d_x, **meta, **conv_meta, BV=bvf, BN=bn, FUSED=fused,
         num_warps=cfg["prepare"]["num_warps"],
     )  # fmt: skip
     if conv is not None:
