@@ -14,11 +14,7 @@ from hyserve.kernels.causal_conv1d import (
     causal_conv1d_prefill_gated,
 )
 from hyserve.kernels.dispatch import reference_only, use_reference
-from hyserve.kernels.gated_delta_rule import (
-    gated_delta_rule_decode,
-    gated_delta_rule_prefill,
-    gated_delta_rule_prefill_conv,
-)
+from hyserve.kernels.gated_delta_rule import gated_delta_rule_decode, gated_delta_rule_prefill
 from hyserve.kernels.gated_rmsnorm import gated_rms_norm
 from hyserve.kernels.gdn_decode_step import gdn_decode_step
 from hyserve.kernels.gdn_gating import gdn_gating
@@ -36,7 +32,6 @@ __all__ = [
     "fused_moe",
     "gated_delta_rule_decode",
     "gated_delta_rule_prefill",
-    "gated_delta_rule_prefill_conv",
     "gated_rms_norm",
     "gdn_decode_step",
     "gdn_gating",

@@ -112,23 +112,26 @@ class GatedDeltaNet(nn.Module):
                 batch.state_indices,
             )
             return self.out_proj(o.reshape(t, self.value_dim), residual=x)
-        # the causal conv of [q | k | v], the gates g = -exp(A_log) softplus(a + dt_bias) [T, HV] fp32 (log-decay
-        # <= 0) and beta = sigmoid(b) (write strength), then the chunked delta rule
-        o = ops.gated_delta_rule_prefill_conv(
+        # the conv, and beside it the gates g = -exp(A_log) softplus(a + dt_bias) [T, HV] fp32 (log-decay <= 0)
+        # and beta = sigmoid(b) (write strength)
+        mixed_qkv, g, beta = ops.causal_conv1d_prefill_gated(
             mixed_qkv,
             self.conv1d.weight,
             conv_state,
+            batch.cu_seqlens_q,
+            batch.state_indices,
+            batch.has_initial_state,
             a,
             b,
             self.A_log,
             self.dt_bias,
-            ssm_state,
-            batch.cu_seqlens_q,
-            batch.state_indices,
-            batch.has_initial_state,
-            self.num_k_heads,
-            self.head_k_dim,
-            self.head_v_dim,
+        )
+        q, k, v = mixed_qkv.split([self.key_dim, self.key_dim, self.value_dim], dim=-1)
+        q = q.view(t, self.num_k_heads, self.head_k_dim)
+        k = k.view(t, self.num_k_heads, self.head_k_dim)
+        v = v.view(t, self.num_v_heads, self.head_v_dim)
+        o = ops.gated_delta_rule_prefill(
+            q, k, v, g, beta, ssm_state, batch.cu_seqlens_q, batch.state_indices, batch.has_initial_state
         )
         if rows is not None:
             o, z, x = o[rows], z[rows], x[rows]

@@ -171,21 +171,15 @@ def main() -> None:
     gdn = dict(HV=32, G=2, K=128, V=128, BK=128, DT=tl.bfloat16, PREC="tf32")
     cfg = pre._CONFIGS
     prep_types = {"q_ptr": BF, "k_ptr": BF, "v_ptr": BF, "g_ptr": F32, "beta_ptr": BF, "cu_ptr": "*i32", "w_ptr": BF,
-                  "u_ptr": BF, "cum_ptr": F32, "rk_ptr": F32, "aqk_ptr": BF, "qs_ptr": F32, "cw_ptr": BF, "cs_ptr": BF,
-                  "idx_ptr": "*i64", "init_ptr": "*i8", "qk_ptr": BF, "scale": "fp32"}  # fmt: skip
-    # without the conv, then with it (``conv=``: the column offsets q_col, k_col, v_col are multiples of 16)
-    for fused, with_conv in ((1, False), (0, False), (1, True)):
-        consts = {**gdn, "BV": 128, "BN": 16, "FUSED": fused, "CONV": with_conv, "W": 4}
-        build(pre._prepare_kernel, prep_types, consts, cfg["prepare"]["num_warps"],
-              label=f"prefill prepare FUSED={fused} CONV={int(with_conv)}",
-              aligned=("q_col", "k_col", "v_col"))  # fmt: skip
+                  "u_ptr": BF, "cum_ptr": F32, "rk_ptr": F32, "aqk_ptr": BF, "qs_ptr": F32, "scale": "fp32"}  # fmt: skip
+    for fused in (1, 0):
+        build(pre._prepare_kernel, prep_types, {**gdn, "BV": 128, "BN": 16, "FUSED": fused},
+              cfg["prepare"]["num_warps"], label=f"prefill prepare FUSED={fused}")  # fmt: skip
     so_types = {"q_ptr": BF, "k_ptr": BF, "w_ptr": BF, "u_ptr": BF, "cum_ptr": F32, "rk_ptr": F32, "aqk_ptr": BF,
-                "qs_ptr": F32, "cu_ptr": "*i32", "state_ptr": F32, "idx_ptr": "*i64", "init_ptr": "*i8", "o_ptr": BF,
-                "x_ptr": BF, "cs_ptr": BF}  # fmt: skip
+                "qs_ptr": F32, "cu_ptr": "*i32", "state_ptr": F32, "idx_ptr": "*i64", "init_ptr": "*i8", "o_ptr": BF}  # fmt: skip
     c = cfg["state_output"]
-    for with_conv in (False, True):
-        build(pre._state_output_kernel, so_types, {**gdn, "BV": c["BV"], "CONV": with_conv, "W": 4, "CW": 64},
-              c["num_warps"], c["num_stages"], label=f"prefill state_output BV={c['BV']} CONV={int(with_conv)}")  # fmt: skip
+    build(pre._state_output_kernel, so_types, {**gdn, "BV": c["BV"]}, c["num_warps"], c["num_stages"],
+          label=f"prefill state_output BV={c['BV']}")  # fmt: skip
     st_types = {"k_ptr": BF, "w_ptr": BF, "u_ptr": BF, "cum_ptr": F32, "rk_ptr": F32, "cu_ptr": "*i32", "state_ptr": F32,
                 "idx_ptr": "*i64", "init_ptr": "*i8", "h_ptr": BF, "vnew_ptr": BF}  # fmt: skip
     c = cfg["state"]

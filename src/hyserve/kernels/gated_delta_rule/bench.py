@@ -8,8 +8,6 @@
 * prefill, one sequence of 128/1024/4096 tokens and 8 x 512: eager (as the engine runs prefill), nominal
   chunked-form FLOPs -> TFLOP/s (of 728); beside it fla's ``chunk_gated_delta_rule`` when importable.
 
-``--conv``: only the DeltaNet prefill from the raw projection, the conv kernel then the chunk kernels against the
-chunk kernels with the conv inside (``bench_prefill_conv``).
 ``--sweep`` also times the tile configs (decode BV x warps; prefill state/output BV, the solve's warps) and
 prints the best.
 The helpers here (``time_ms``, ``fla_*``) are shared by the other GDN benches and ``gpu_check``.
@@ -222,45 +220,6 @@ def bench_prefill(lens: list[int], configs: dict | None = None, baselines=True) 
     return row
 
 
-def bench_prefill_conv(lens: list[int]) -> dict:
-    """The model's DeltaNet prefill from the raw projection, CUDA-graph replay: the conv kernel (with the gates'
-    column) then the chunk kernels, against ``gdn_gating`` then the chunk kernels with the conv inside
-    (``conv=``). Both outputs are compared (the same bits)."""
-    from hyserve.kernels.causal_conv1d.triton_kernel import causal_conv1d_prefill_triton
-    from hyserve.kernels.gdn_gating.triton_kernel import gdn_gating_triton
-
-    q, k, v, _, _, state, cu, idx, init = prefill_inputs(lens)
-    t = q.shape[0]
-    gen = torch.Generator(device=DEVICE).manual_seed(1)
-    x = torch.as_strided(q, (t, D), (D, 1))
-    ab = torch.randn(t, 2 * HV, device=DEVICE, dtype=DTYPE, generator=gen)
-    a, b = ab[:, :HV], ab[:, HV:]
-    a_log = torch.rand(HV, device=DEVICE, generator=gen) * 2
-    dt_bias = torch.randn(HV, device=DEVICE, generator=gen)
-    weight = torch.randn(D, 4, device=DEVICE, dtype=DTYPE, generator=gen) * 0.5
-    conv_state = torch.randn(len(lens), 3, D, device=DEVICE, dtype=DTYPE, generator=gen)
-
-    def two_ops(cs, s):
-        y, g, beta = causal_conv1d_prefill_triton(x, weight, cs, cu, idx, init, gates=(a, b, a_log, dt_bias))
-        yq, yk, yv = y.split([H * K, H * K, HV * V], dim=-1)
-        return gated_delta_rule_prefill_triton(
-            yq.view(t, H, K), yk.view(t, H, K), yv.view(t, HV, V), g, beta, s, cu, idx, init
-        )
-
-    def one_op(cs, s):
-        g, beta = gdn_gating_triton(a, b, a_log, dt_bias)
-        return gated_delta_rule_prefill_triton(q, k, v, g, beta, s, cu, idx, init, conv=(x, weight, cs))
-
-    same = torch.equal(two_ops(conv_state.clone(), state.clone()), one_op(conv_state.clone(), state.clone()))
-    cs, s = conv_state.clone(), state.clone()
-    two_us = time_ms(lambda: two_ops(cs, s)) * 1e3
-    one_us = time_ms(lambda: one_op(cs, s)) * 1e3
-    name = f"{len(lens)}x{lens[0]}" if len(set(lens)) == 1 else str(lens)
-    return dict(
-        op="prefill+conv", lens=name, conv_then_chunk_us=two_us, conv_in_chunk_us=one_us, same_bits=same
-    )
-
-
 DECODE_BATCHES = (1, 8, 32, 64)
 # fused = output inside the state loop (2 launches); unfused = state kernel + parallel output kernel (3)
 PREFILL_SWEEP = [
@@ -307,13 +266,8 @@ def sweep_rows() -> list[dict]:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--sweep", action="store_true")
-    parser.add_argument("--conv", action="store_true", help="only the conv + chunk kernels, two ways")
-    args = parser.parse_args()
-    if args.conv:
-        lens_set = PREFILL_LENS if DEVICE == "cuda" else ([70, 5],)
-        print(fmt([bench_prefill_conv(lens) for lens in lens_set]))
-        return
-    print(fmt(run(args.sweep)))
+    rows = run(parser.parse_args().sweep)
+    print(fmt(rows))
 
 
 if __name__ == "__main__":

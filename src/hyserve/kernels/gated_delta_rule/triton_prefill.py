@@ -38,16 +38,12 @@ import torch
 import triton
 import triton.language as tl
 
-from hyserve.kernels.contracts import require
 from hyserve.kernels.gated_delta_rule.triton_decode import require_delta_rule_inputs
 
 CHUNK = 64
 
 # Tile configs (data, picked here by the wrapper): BV of the state / output kernels, warps, stages.
 _CONFIGS = {
-    # gated_delta_rule_prefill_conv: the causal conv inside the chunk kernels (``conv=``) instead of the conv kernel
-    # (with the gates' column) before them; off until timed on the H200
-    "conv_inside": False,
     "fused_output": True,  # _state_output_kernel (2 launches) instead of _state_kernel + _output_kernel (3)
     # 4 warps: 255 registers a thread fit two programs an SM (8 warps took 204 a thread: one), which halves the
     # waves of this latency-bound solve; 3 stages prefetch the state loop's next chunk one tile deeper
@@ -59,11 +55,6 @@ _CONFIGS = {
     "state": {"BV": 32, "num_warps": 4, "num_stages": 2},
     "output": {"BV": 64, "num_warps": 4},
 }
-
-
-def conv_inside() -> bool:
-    """Whether ``gated_delta_rule_prefill_conv`` runs the conv inside the chunk kernels (the config's entry)."""
-    return bool(_CONFIGS["conv_inside"])
 
 
 @triton.jit
@@ -112,67 +103,12 @@ def _chunk_inverse(a, PREC: tl.constexpr):
     return tl.dot(p, d_inv, input_precision=PREC)
 
 
-@triton.jit
-def _input_tile(ptr, stride_t, rows, mr, start, chunk, x_col, cw_ptr, cs_ptr, slot, n_hist, D,
-                NC: tl.constexpr, BC: tl.constexpr, CONV: tl.constexpr, W: tl.constexpr):  # fmt: skip
-    """Rows ``rows`` [64] x the NC columns of q, k or v [64, BC] in the model dtype, from ``ptr`` (the head's
-    first column): as stored, or with CONV the conv's output computed here from the raw projection (``ptr`` into
-    it, ``x_col`` the head's column there): SiLU(sum_w cw[c, w] x[t - W + 1 + w, c]), fp32 taps in the conv
-    kernel's order, the same bits as ``causal_conv1d_prefill``. Chunk 0's first taps read the slot's history
-    ``cs_ptr`` [S, W-1, D] (rows < ``n_hist``) or zeros; padded rows are zero."""
-    cols = tl.arange(0, BC)
-    mask = mr[:, None] & (cols[None, :] < NC)
-    if not CONV:
-        return tl.load(ptr + rows[:, None] * stride_t + cols[None, :], mask=mask, other=0.0)
-    acc = tl.zeros((64, BC), tl.float32)
-    w_base = cw_ptr + (x_col + cols) * W
-    n_read = tl.where(chunk == 0, n_hist, 0)  # history rows to read: chunk 0's, all W-1 or none
-    h_base = cs_ptr + slot * ((W - 1) * D) + x_col + cols[None, :] + 0 * rows[:, None]
-    rr = tl.arange(0, 64)
-    base = ptr + rows[:, None] * stride_t + cols[None, :]
-    for w in tl.static_range(W):
-        p = rows - (W - 1) + w  # input position of tap w
-        xin = tl.load(base + (w - (W - 1)) * stride_t, mask=mask & (p >= start)[:, None], other=0.0)
-        # before the start (chunk 0's rows i < W-1-w), tap w reads history row i + w: one row-masked tile each
-        for r in tl.static_range(w, W - 1):
-            at = rr == tl.where(r < n_read, r - w, -1)  # (the scalar condition folded into the row index)
-            xin = tl.where(
-                at[:, None], tl.load(h_base + r * D, mask=at[:, None] & (cols[None, :] < NC), other=0.0), xin
-            )
-        acc += xin.to(tl.float32) * tl.load(w_base + w, mask=cols < NC, other=0.0).to(tl.float32)[None, :]
-    return (acc * tl.sigmoid(acc)).to(ptr.dtype.element_ty)
-
-
-@triton.jit
-def _conv_state_update(x_ptr, stride_xt, s_base, start, end, n_hist, cols, D, W: tl.constexpr):
-    """A slot's new conv state [W-1, D] at columns ``cols`` (< D): the last W-1 inputs of (history ++ tokens), so
-    for a sequence shorter than W-1 still some old rows. Row r takes old row length + r > r, which no earlier step
-    has overwritten (each column's rows are read and written by the same thread, in increasing r)."""
-    mc = cols < D
-    length = end - start
-    for r in tl.static_range(W - 1):
-        pos = end - (W - 1) + r
-        # (scalar conditions folded into column bounds: vector & scalar masks trip the interpreter)
-        xr = tl.load(
-            x_ptr + pos.to(tl.int64) * stride_xt + cols, mask=cols < tl.where(pos >= start, D, 0), other=0.0
-        )
-        old = length + r
-        hr = tl.load(
-            s_base + old * D + cols, mask=cols < tl.where((pos < start) & (old < n_hist), D, 0), other=0.0
-        )
-        tl.debug_barrier()  # (keeps the compiler from moving a later step's load above this store)
-        tl.store(s_base + r * D + cols, tl.where(pos >= start, xr, hr.to(xr.dtype)), mask=mc)
-
-
 @triton.jit(do_not_specialize=["N"])
 def _prepare_kernel(
     q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, cu_ptr, w_ptr, u_ptr, cum_ptr, rk_ptr, aqk_ptr, qs_ptr,
-    cw_ptr, cs_ptr, idx_ptr, init_ptr, qk_ptr,
     stride_qt, stride_qh, stride_kt, stride_kh, stride_vt, stride_vh, stride_gt, stride_bt, N, scale,
-    q_col, k_col, v_col, D,
     HV: tl.constexpr, G: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
-    BN: tl.constexpr, DT: tl.constexpr, PREC: tl.constexpr, FUSED: tl.constexpr, CONV: tl.constexpr,
-    W: tl.constexpr,
+    BN: tl.constexpr, DT: tl.constexpr, PREC: tl.constexpr, FUSED: tl.constexpr,
 ):  # fmt: skip
     pid = tl.program_id(0)
     i_hv = tl.program_id(1)
@@ -180,30 +116,24 @@ def _prepare_kernel(
     seq, chunk, total = _locate(cu_ptr, N, pid, 64, BN)
     if pid >= total:
         return
-    seq_start = tl.load(cu_ptr + seq).to(tl.int32)
-    start = seq_start + chunk * 64
+    start = tl.load(cu_ptr + seq).to(tl.int32) + chunk * 64
     end = tl.load(cu_ptr + seq + 1).to(tl.int32)
     rr = tl.arange(0, 64)
     rows = (start + rr).to(tl.int64)
     mr = rows < end
     ok = tl.arange(0, BK)
     ov = tl.arange(0, BV)
-    if CONV:  # the conv's inputs: the sequence's slot and whether its history is read (all W-1 rows or none)
-        slot = tl.load(idx_ptr + seq).to(tl.int64)
-        n_hist = tl.where(tl.load(init_ptr + seq) != 0, W - 1, 0)
-    else:
-        slot = 0
-        n_hist = 0
-    # model-dtype tiles straight into the dots; the L2 norms become row/column scales of the outputs
-    k = _input_tile(k_ptr + i_h * stride_kh, stride_kt, rows, mr, seq_start, chunk, k_col + i_h * stride_kh, cw_ptr,
-                    cs_ptr, slot, n_hist, D, K, BK, CONV, W)  # fmt: skip
-    v = _input_tile(v_ptr + i_hv * stride_vh, stride_vt, rows, mr, seq_start, chunk, v_col + i_hv * stride_vh,
-                    cw_ptr, cs_ptr, slot, n_hist, D, V, BV, CONV, W)  # fmt: skip
-    # (CONV) the conv's q and k [T, 2, H, K] for _state_output_kernel, stored by one program of the key head
-    qk = qk_ptr + rows[:, None] * (2 * (HV // G) * K) + i_h * K + ok[None, :]
-    qk_mask = mr[:, None] & (ok[None, :] < tl.where(i_hv % G == 0, K, 0))  # (the scalar folded into a bound)
-    if CONV:
-        tl.store(qk + (HV // G) * K, k, mask=qk_mask)
+    # raw model-dtype tiles straight into the dots; the L2 norms become row/column scales of the outputs
+    k = tl.load(
+        k_ptr + rows[:, None] * stride_kt + i_h * stride_kh + ok[None, :],
+        mask=mr[:, None] & (ok[None, :] < K),
+        other=0.0,
+    )
+    v = tl.load(
+        v_ptr + rows[:, None] * stride_vt + i_hv * stride_vh + ov[None, :],
+        mask=mr[:, None] & (ov[None, :] < V),
+        other=0.0,
+    )
     g = tl.load(g_ptr + rows * stride_gt + i_hv, mask=mr, other=0.0).to(tl.float32)
     beta = tl.load(beta_ptr + rows * stride_bt + i_hv, mask=mr, other=0.0).to(tl.float32)
     cum = tl.cumsum(g, 0)  # padded rows add 0: the reference's zero padding
@@ -232,11 +162,11 @@ def _prepare_kernel(
         mask=mr[:, None] & (ov[None, :] < V),
     )
     if FUSED:  # the S-independent half of the output, for _state_output_kernel
-        # (with CONV, q's conv comes after the w / u stores, past the solve's register peak)
-        q = _input_tile(q_ptr + i_h * stride_qh, stride_qt, rows, mr, seq_start, chunk, q_col + i_h * stride_qh,
-                        cw_ptr, cs_ptr, slot, n_hist, D, K, BK, CONV, W)  # fmt: skip
-        if CONV:
-            tl.store(qk, q, mask=qk_mask)
+        q = tl.load(
+            q_ptr + rows[:, None] * stride_qt + i_h * stride_qh + ok[None, :],
+            mask=mr[:, None] & (ok[None, :] < K),
+            other=0.0,
+        )
         qf = q.to(tl.float32)
         rq = tl.rsqrt(tl.sum(qf * qf, 1) + 1e-6) * scale  # scale / |q_i|
         causal = rr[:, None] >= rr[None, :]
@@ -317,16 +247,13 @@ def _state_kernel(
 @triton.jit(do_not_specialize=["N"])
 def _state_output_kernel(
     q_ptr, k_ptr, w_ptr, u_ptr, cum_ptr, rk_ptr, aqk_ptr, qs_ptr, cu_ptr, state_ptr, idx_ptr, init_ptr, o_ptr,
-    x_ptr, cs_ptr,
-    stride_qt, stride_qh, stride_kt, stride_kh, stride_ot, stride_oh, stride_xt, N, D,
+    stride_qt, stride_qh, stride_kt, stride_kh, stride_ot, stride_oh, N,
     HV: tl.constexpr, G: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
-    DT: tl.constexpr, PREC: tl.constexpr, CONV: tl.constexpr, W: tl.constexpr, CW: tl.constexpr,
+    DT: tl.constexpr, PREC: tl.constexpr,
 ):  # fmt: skip
     """_state_kernel with the output fused into the chunk loop (no h / v_new round trip, one launch less):
     o = diag(qs) q S + aqk v_new, where aqk and qs (scale exp(cum) / |q|) come from _prepare_kernel. The
-    two extra dots read S and v_new but feed nothing back, so the loop's critical path is unchanged.
-    With CONV the sequence's programs also write its new conv state, CW columns each: _prepare_kernel read the
-    old one, so this launch is the first that may overwrite it."""
+    two extra dots read S and v_new but feed nothing back, so the loop's critical path is unchanged."""
     i_n = tl.program_id(0)
     i_hv = tl.program_id(1)
     i_v = tl.program_id(2)
@@ -337,12 +264,7 @@ def _state_output_kernel(
     if n_chunks <= 0:
         return
     slot = tl.load(idx_ptr + i_n).to(tl.int64)
-    init = tl.load(init_ptr + i_n) != 0
-    k_init = tl.where(init, K, 0)  # rows of the slot to read: all, or none
-    if CONV:
-        cols = (i_hv * tl.num_programs(2) + i_v) * CW + tl.arange(0, CW)
-        _conv_state_update(x_ptr, stride_xt, cs_ptr + slot * ((W - 1) * D), start, end, tl.where(init, W - 1, 0),
-                           cols, D, W)  # fmt: skip
+    k_init = tl.where(tl.load(init_ptr + i_n) != 0, K, 0)  # rows of the slot to read: all, or none
 
     ok = tl.arange(0, BK)
     ov = i_v * BV + tl.arange(0, BV)
@@ -481,39 +403,15 @@ def gated_delta_rule_prefill_triton(
     has_initial_state: torch.Tensor,
     configs: dict | None = None,
     out: torch.Tensor | None = None,
-    conv: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None,
 ) -> torch.Tensor:
     """Same contract as ``gated_delta_rule_prefill_reference``; no host synchronisation.
 
-    ``configs`` overrides entries of ``_CONFIGS``; ``out`` [T, HV, V] receives o (else allocated). With ``conv``
-    (x [T, D], weight [D, W], conv_state [S, W-1, D] in x's dtype) q, k, v are views of the raw projection x, and
-    the kernels apply ``causal_conv1d_prefill`` to them on the way in (the same bits) and update the conv states
-    in place: the conv's launch and its [T, D] output round trip are saved (fused_output only)."""
+    ``configs`` overrides entries of ``_CONFIGS``; ``out`` [T, HV, V] receives o (else allocated)."""
     cfg = {**_CONFIGS, **(configs or {})}
     t, h, kd = q.shape
     hv, vd = v.shape[1], v.shape[2]
     n = state_indices.shape[0]
     require_delta_rule_inputs(q, k, v, state)
-    fused = cfg["fused_output"]
-    if conv is not None:
-        x, conv_w, conv_state = conv
-        conv_w = conv_w.reshape(x.shape[1], -1)
-        width = conv_w.shape[1]
-        cols = [(y.data_ptr() - x.data_ptr()) // x.element_size() for y in (q, k, v)]
-        require(
-            fused
-            and x.stride(1) == 1
-            and conv_w.is_contiguous()
-            and conv_state.is_contiguous()
-            and conv_state.dtype == x.dtype
-            and conv_state.shape[1:] == (width - 1, x.shape[1])
-            and all(y.dtype == x.dtype and y.stride(0) == x.stride(0) for y in (q, k, v))
-            and q.stride(1) == k.stride(1) == kd
-            and v.stride(1) == vd
-            and all(0 <= c and c + y.shape[1] * y.shape[2] <= x.shape[1] for c, y in zip(cols, (q, k, v))),
-            "gated_delta_rule_prefill_triton(conv=...): q, k, v must be head-contiguous column views of x [T, D] "
-            "(last dim contiguous), weight [D, W] and conv_state [S, W-1, D] contiguous in x's dtype, fused_output on",
-        )
     if out is None:
         out = torch.empty((t, hv, vd), device=v.device, dtype=v.dtype)
     if t == 0 or n == 0:
@@ -528,6 +426,7 @@ def gated_delta_rule_prefill_triton(
     max_chunks = triton.cdiv(t, CHUNK) + n
     dt = q.dtype
     prec = "ieee" if dt == torch.float32 else "tf32"  # tf32: fp32-operand dots of the solve, on the GPU
+    fused = cfg["fused_output"]
     cum = _scratch((t, hv), torch.float32, q.device)
     rk = _scratch((t, hv), torch.float32, q.device)
     w = _scratch((t, hv, kd), dt, q.device)
@@ -535,35 +434,16 @@ def gated_delta_rule_prefill_triton(
     aqk = _scratch((t, hv, CHUNK), dt, q.device) if fused else cum  # (unused pointers when not fused)
     qs = _scratch((t, hv), torch.float32, q.device) if fused else cum
     meta = dict(HV=hv, G=group, K=kd, V=vd, BK=bk, DT=_TL_DTYPES[dt], PREC=prec)
-    if conv is None:
-        conv_args, conv_meta, d_x, stride_xt = (q, q, q), dict(CONV=False, W=1), 0, 0  # (unused pointers)
-        qk, cols = q, (0, 0, 0)
-    else:
-        # the conv's q and k, stored by _prepare_kernel for _state_output_kernel (v is not needed after it)
-        qk = _scratch((t, 2 * h * kd), dt, q.device)
-        conv_args, conv_meta, d_x, stride_xt = (
-            (x, conv_w, conv_state),
-            dict(CONV=True, W=width),
-            x.shape[1],
-            x.stride(0),
-        )
     _prepare_kernel[(max_chunks, hv)](
-        q, k, v, g, beta, cu_seqlens, w, u, cum, rk, aqk, qs, conv_args[1], conv_args[2], state_indices,
-        has_initial_state, qk,
+        q, k, v, g, beta, cu_seqlens, w, u, cum, rk, aqk, qs,
         q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0), v.stride(1), g.stride(0), beta.stride(0),
-        n, kd**-0.5, *cols, d_x, **meta, **conv_meta, BV=bvf, BN=bn, FUSED=fused,
-        num_warps=cfg["prepare"]["num_warps"],
+        n, kd**-0.5, **meta, BV=bvf, BN=bn, FUSED=fused, num_warps=cfg["prepare"]["num_warps"],
     )  # fmt: skip
-    if conv is not None:
-        q, k = qk[:, : h * kd].view(t, h, kd), qk[:, h * kd :].view(t, h, kd)
     if fused:
         bv = min(cfg["state_output"]["BV"], bvf)
-        n_v = triton.cdiv(vd, bv)
-        cw = _pow2(triton.cdiv(d_x, hv * n_v), floor=1)  # conv-state columns a program writes
-        _state_output_kernel[(n, hv, n_v)](
-            q, k, w, u, cum, rk, aqk, qs, cu_seqlens, state, state_indices, has_initial_state, out, conv_args[0],
-            conv_args[2], q.stride(0), q.stride(1), k.stride(0), k.stride(1), out.stride(0), out.stride(1), stride_xt,
-            n, d_x, **meta, **conv_meta, BV=bv, CW=cw,
+        _state_output_kernel[(n, hv, triton.cdiv(vd, bv))](
+            q, k, w, u, cum, rk, aqk, qs, cu_seqlens, state, state_indices, has_initial_state, out,
+            q.stride(0), q.stride(1), k.stride(0), k.stride(1), out.stride(0), out.stride(1), n, **meta, BV=bv,
             num_warps=cfg["state_output"]["num_warps"], num_stages=cfg["state_output"]["num_stages"],
         )  # fmt: skip
         return out
