@@ -21,7 +21,7 @@ PY
 }
 serve_ttft() {  # $1: label
   echo "== $1: $(stack)"
-  start_server $PORT "$OUT/server_$1.log" --max-model-len 8192 || return
+  start_server $PORT "$OUT/server_$1.log" --max-model-len 8192 --gpu-memory-utilization 0.97 --max-num-seqs 8 || return
   local pid=$SERVER_PID
   timeout 200 python3 -m hyserve bench --url "http://127.0.0.1:$PORT" --model-dir $M --gpu h200 --no-progress \
     --out "$OUT/bench_$1" --scenario ttft --ttft-reps "${REPS:-10}" > "$OUT/bench_$1.log" 2>&1
