@@ -5,27 +5,16 @@ show here first."""
 
 from __future__ import annotations
 
-import importlib
+from pathlib import Path
 
 import pytest
 import torch
 
-from checkpoints import make_checkpoint
 from hyserve.engine.llm_engine import EngineArgs, LLMEngine
 from hyserve.engine.sampling_params import SamplingParams
-from hyserve.kernels.moe.test_moe import pairs_plan, small_plan
 
-
-@pytest.fixture(scope="module")
-def checkpoint(tmp_path_factory):
-    return make_checkpoint(
-        tmp_path_factory.mktemp("slot-reuse"),
-        kind="moe",
-        seed=5,
-        num_hidden_layers=4,
-        layer_types=["linear_attention", "full_attention"] * 2,
-        shared_expert_intermediate_size=32,
-    )
+# the interpreter model test's tiny MoE checkpoint and its Triton plans for the tiny shapes
+from test_model_triton_interpreter import checkpoint, triton_kernels  # noqa: F401
 
 
 def _run(
@@ -42,10 +31,10 @@ def _run(
     return c.token_ids, [lp[0] for lp in c.logprobs]
 
 
-def _check(checkpoint, max_tokens: int) -> None:
+def _check(path: Path, max_tokens: int) -> None:
     # two sequence slots: the later requests take the slots (and the blocks) the earlier ones freed
     args = EngineArgs(
-        model=str(checkpoint),
+        model=str(path),
         device="cpu",
         dtype="float32",
         max_num_seqs=2,
@@ -62,24 +51,11 @@ def _check(checkpoint, max_tokens: int) -> None:
     assert _run(engine, "again", prompt, max_tokens) == first
 
 
-def test_reference_path(checkpoint):
-    _check(checkpoint, max_tokens=8)
+def test_reference_path(checkpoint):  # noqa: F811
+    _check(checkpoint[0], max_tokens=8)
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the CPU interpreter's test")
-def test_triton_kernels(checkpoint, monkeypatch):
-    monkeypatch.setenv("HYSERVE_KERNELS", "triton")
-    monkeypatch.setenv("TRITON_INTERPRET", "1")
-    # plans for the tiny shapes, as tests/test_model_triton_interpreter.py: the GEMV for the projections, the
-    # pairs MoE with the fused router for single tokens
-    linear_op = importlib.import_module("hyserve.kernels.linear")
-    triton_moe = importlib.import_module("hyserve.kernels.moe.triton_moe")
-    monkeypatch.setattr(linear_op, "gemv_plan", lambda n, k: {"BLOCK_N": 8, "BLOCK_K": 32})
-    monkeypatch.setattr(
-        triton_moe,
-        "get_plan",
-        lambda T, E, H, inter, top_k, dtype: (
-            pairs_plan(True, H, inter) if T <= 4 else small_plan(16, "scatter", E, H, inter)
-        ),
-    )
-    _check(checkpoint, max_tokens=3)
+def test_triton_kernels(checkpoint, triton_kernels):  # noqa: F811
+    _check(checkpoint[0], max_tokens=3)
+    assert triton_kernels["gemv"] > 0 and triton_kernels["pairs"] > 0
