@@ -10,45 +10,29 @@ from pathlib import Path
 import pytest
 import torch
 
-from hyserve.engine.llm_engine import EngineArgs, LLMEngine
+from hyserve import LLM
 from hyserve.engine.sampling_params import SamplingParams
 
 # the interpreter model test's tiny MoE checkpoint and its Triton plans for the tiny shapes
 from test_model_triton_interpreter import checkpoint, triton_kernels  # noqa: F401
 
 
-def _run(
-    engine: LLMEngine, request_id: str, prompt: list[int], max_tokens: int
-) -> tuple[list[int], list[float]]:
-    params = SamplingParams(temperature=0.0, max_tokens=max_tokens, ignore_eos=True, logprobs=0)
-    engine.add_request(request_id, prompt, params)
-    last = None
-    while engine.has_unfinished_requests():
-        for out in engine.step():
-            if out.request_id == request_id:
-                last = out
-    c = last.outputs[0]
-    return c.token_ids, [lp[0] for lp in c.logprobs]
-
-
 def _check(path: Path, max_tokens: int) -> None:
     # two sequence slots: the later requests take the slots (and the blocks) the earlier ones freed
-    args = EngineArgs(
-        model=str(path),
-        device="cpu",
-        dtype="float32",
-        max_num_seqs=2,
-        max_model_len=128,
-        progress=False,
-    )
-    engine = LLMEngine(args)
+    llm = LLM(str(path), device="cpu", dtype="float32", max_num_seqs=2, max_model_len=128, progress=False)
+    params = SamplingParams(temperature=0.0, max_tokens=max_tokens, ignore_eos=True, logprobs=0)
+
+    def run(prompt: list[int]) -> tuple[list[int], list[float]]:
+        c = llm.generate(prompt, params)[0].outputs[0]
+        return c.token_ids, [lp[0] for lp in c.logprobs]
+
     gen = torch.Generator().manual_seed(0)
     prompt = torch.randint(0, 500, (24,), generator=gen).tolist()
     other = torch.randint(0, 500, (40,), generator=gen).tolist()
-    first = _run(engine, "first", prompt, max_tokens)
-    _run(engine, "other-1", other, max_tokens)
-    _run(engine, "other-2", other, max_tokens)
-    assert _run(engine, "again", prompt, max_tokens) == first
+    first = run(prompt)
+    run(other)
+    run(other)
+    assert run(prompt) == first
 
 
 def test_reference_path(checkpoint):  # noqa: F811
