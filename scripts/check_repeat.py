@@ -14,6 +14,7 @@ first run of its kind, and exits non-zero if any repeat differs. A 384-token pro
 from __future__ import annotations
 
 import argparse
+import gc
 
 import torch
 
@@ -48,8 +49,15 @@ def main() -> None:
     parser.add_argument("--prompt-lens", default="384,512")
     parser.add_argument("--tokens", type=int, default=6, help="tokens generated a run")
     parser.add_argument("--rounds", type=int, default=3, help="runs of each prompt and kind")
+    parser.add_argument(
+        "--recapture",
+        action="store_true",
+        help="capture the batch-1 decode graphs again before each round, as scripts/tune_step.py does before a trial",
+    )
     ns = parser.parse_args()
     engine = LLM.from_engine_args(engine_args_from(ns)).engine
+    if ns.recapture and engine.runner.graphs is None:
+        raise SystemExit("--recapture needs the engine's decode graphs (a CUDA device, no --enforce-eager)")
     gen = torch.Generator().manual_seed(0)
     high = min(engine.config.vocab_size, 248044)
     kinds = {
@@ -62,6 +70,11 @@ def main() -> None:
         other = torch.randint(0, high, (n // 2 + 7,), generator=gen).tolist()
         first: dict[str, tuple[list[int], list[float]]] = {}
         for r in range(ns.rounds):
+            if ns.recapture:
+                engine.runner.graphs = None
+                gc.collect()
+                torch.cuda.empty_cache()
+                engine.runner.capture_graphs([1], ns.max_model_len, progress=False)
             for kind, params in kinds.items():
                 count += 1
                 got = _run(engine, prompt, f"{kind}-{n}-{r}", params)
