@@ -1,0 +1,95 @@
+"""Where a fresh engine's first prefill differs from the same prefill run again: every module's input and output
+(decoder-layer mixers, FFNs, projections) recorded in call order on each run, then the first module whose output
+differs bit for bit while its inputs agree is named (the op that computed differently).
+
+usage: python scripts/diff_first_prefill.py --model DIR --load-format dummy --no-warmup --prefill-graph-sizes none
+       [--prompt-len 384] [--runs 3]
+
+``scripts/check_repeat.py`` found the first request of an engine started with ``--no-warmup`` giving other bits
+than every later one (H100, 2026-12-06); the warm-up hides it in serving.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+import torch
+
+from hyserve import SamplingParams
+from hyserve.engine.args import add_engine_arguments, engine_args_from
+from hyserve.llm import LLM
+
+
+def _first_tensor(value) -> torch.Tensor | None:
+    if isinstance(value, torch.Tensor):
+        return value
+    if isinstance(value, (tuple, list)):
+        return next((v for v in value if isinstance(v, torch.Tensor)), None)
+    return None
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    add_engine_arguments(parser, model_required=True)
+    parser.add_argument("--prompt-len", type=int, default=384)
+    parser.add_argument("--runs", type=int, default=3)
+    ns = parser.parse_args()
+    engine = LLM.from_engine_args(engine_args_from(ns)).engine
+    model = engine.runner.model
+    records: list[list[tuple[str, torch.Tensor | None, torch.Tensor | None]]] = []
+
+    inputs: dict[str, torch.Tensor | None] = {}  # the mixers update x in place: inputs are copied before
+
+    def before(name: str):
+        def save(module, args) -> None:
+            x = _first_tensor(args)
+            inputs[name] = None if x is None else x.detach().clone()
+
+        return save
+
+    def after(name: str):
+        def record(module, args, output) -> None:
+            if records:
+                y = _first_tensor(output)
+                records[-1].append((name, inputs.pop(name, None), None if y is None else y.detach().clone()))
+
+        return record
+
+    for name, module in model.named_modules():
+        if name and "." in name and not name.endswith("norm"):
+            module.register_forward_pre_hook(before(name))
+            module.register_forward_hook(after(name))
+    gen = torch.Generator().manual_seed(0)
+    prompt = torch.randint(0, min(engine.config.vocab_size, 248044), (ns.prompt_len,), generator=gen).tolist()
+    params = SamplingParams(temperature=0.0, max_tokens=1, ignore_eos=True, logprobs=0)
+    for r in range(ns.runs):
+        records.append([])
+        engine.add_request(f"run-{r}", prompt, params)
+        out = None
+        while engine.has_unfinished_requests():
+            out = engine.step() or out
+        lp = out[0].outputs[0].logprobs[0][0]
+        print(
+            f"run {r}: token {out[0].outputs[0].token_ids[0]} logprob {lp:.6f}, {len(records[-1])} module calls"
+        )
+    base = records[0]
+    for r in range(1, ns.runs):
+        other = records[r]
+        found = False
+        for (name, x0, y0), (_, x1, y1) in zip(base, other):
+            same_in = x0 is None or x1 is None or (x0.shape == x1.shape and torch.equal(x0, x1))
+            same_out = y0 is None or y1 is None or (y0.shape == y1.shape and torch.equal(y0, y1))
+            if not same_out:
+                diff = (y0.float() - y1.float()).abs().max().item() if y0.shape == y1.shape else float("nan")
+                where = (
+                    "inputs equal: this module computed differently" if same_in else "inputs already differ"
+                )
+                print(f"run 0 vs run {r}: first output difference at {name} (max |diff| {diff:.3e}; {where})")
+                found = True
+                break
+        if not found:
+            print(f"run 0 vs run {r}: every recorded module output identical")
+
+
+if __name__ == "__main__":
+    main()
