@@ -1,5 +1,5 @@
-"""Where a fresh engine's first prefill differs from the same prefill run again: every module's input and output
-(decoder-layer mixers, FFNs, projections) recorded in call order on each run, then the first module whose output
+"""Where a fresh engine's first prefill differs from the same prefill run again: every module's and op's input and output
+(decoder-layer mixers, FFNs, projections, and the ``hyserve.kernels`` ops between them) recorded in call order on each run, then the first module whose output
 differs bit for bit while its inputs agree is named (the op that computed differently).
 
 usage: python scripts/diff_first_prefill.py --model DIR --load-format dummy --no-warmup --prefill-graph-sizes none
@@ -16,6 +16,7 @@ import argparse
 import torch
 
 from hyserve import SamplingParams
+from hyserve import kernels as ops
 from hyserve.engine.args import add_engine_arguments, engine_args_from
 from hyserve.llm import LLM
 
@@ -26,6 +27,54 @@ def _first_tensor(value) -> torch.Tensor | None:
     if isinstance(value, (tuple, list)):
         return next((v for v in value if isinstance(v, torch.Tensor)), None)
     return None
+
+
+def _small_tensors(values) -> list[torch.Tensor]:
+    """Copies of the tensors among ``values`` (a tuple or one value) under 64 MB: not the KV cache or the states."""
+    values = values if isinstance(values, (tuple, list)) else (values,)
+    return [v.detach().clone() for v in values if isinstance(v, torch.Tensor) and v.nbytes < 1 << 26]
+
+
+def _recorded(name: str, fn, records: list):
+    def call(*args, **kwargs):
+        inputs = _small_tensors(args)
+        out = fn(*args, **kwargs)
+        if records:
+            records[-1].append((f"ops.{name}", inputs, _small_tensors(out)))
+        return out
+
+    return call
+
+
+def _equal(a, b) -> bool:
+    if a is None or b is None:
+        return True
+    if isinstance(a, list):
+        return len(a) == len(b) and all(x.shape == y.shape and torch.equal(x, y) for x, y in zip(a, b))
+    return a.shape == b.shape and torch.equal(a, b)
+
+
+def _max_diff(a, b) -> float:
+    a, b = (a, b) if isinstance(a, list) else ([a], [b])
+    return max(
+        ((x.float() - y.float()).abs().max().item() for x, y in zip(a, b) if x.shape == y.shape), default=0.0
+    )
+
+
+def _aligned(a: list, b: list, r: int):
+    """Pairs of records of the same module or op, in call order; a call only one run made (e.g. the RoPE tables
+    built on the first forward) is printed and skipped."""
+    i = j = 0
+    while i < len(a) and j < len(b):
+        if a[i][0] == b[j][0]:
+            yield a[i], b[j]
+            i, j = i + 1, j + 1
+        elif len(a) - i > len(b) - j:
+            print(f"run 0 vs run {r}: {a[i][0]} called in run 0 only")
+            i += 1
+        else:
+            print(f"run 0 vs run {r}: {b[j][0]} called in run {r} only")
+            j += 1
 
 
 def main() -> None:
@@ -59,6 +108,9 @@ def main() -> None:
         if name and "." in name and not name.endswith("norm"):
             module.register_forward_pre_hook(before(name))
             module.register_forward_hook(after(name))
+    for name, fn in list(vars(ops).items()):  # the ops the model calls between its modules
+        if callable(fn) and not name.startswith("_") and not isinstance(fn, type):
+            setattr(ops, name, _recorded(name, fn, records))
     gen = torch.Generator().manual_seed(0)
     prompt = torch.randint(0, min(engine.config.vocab_size, 248044), (ns.prompt_len,), generator=gen).tolist()
     params = SamplingParams(temperature=0.0, max_tokens=1, ignore_eos=True, logprobs=0)
@@ -76,11 +128,10 @@ def main() -> None:
     for r in range(1, ns.runs):
         other = records[r]
         found = False
-        for (name, x0, y0), (_, x1, y1) in zip(base, other):
-            same_in = x0 is None or x1 is None or (x0.shape == x1.shape and torch.equal(x0, x1))
-            same_out = y0 is None or y1 is None or (y0.shape == y1.shape and torch.equal(y0, y1))
+        for (name, x0, y0), (_, x1, y1) in _aligned(base, other, r):
+            same_in, same_out = _equal(x0, x1), _equal(y0, y1)
             if not same_out:
-                diff = (y0.float() - y1.float()).abs().max().item() if y0.shape == y1.shape else float("nan")
+                diff = _max_diff(y0, y1)
                 where = (
                     "inputs equal: this module computed differently" if same_in else "inputs already differ"
                 )
