@@ -1,6 +1,7 @@
-"""Where a fresh engine's first prefill differs from the same prefill run again: every module's and op's input and output
-(decoder-layer mixers, FFNs, projections, and the ``hyserve.kernels`` ops between them) recorded in call order on each run, then the first module whose output
-differs bit for bit while its inputs agree is named (the op that computed differently).
+"""Where a fresh engine's first prefill differs from the same prefill run again: the input and output of every
+module (decoder-layer mixers, FFNs, projections) and of every ``hyserve.kernels`` op between them, recorded in call
+order on each run; then the first call whose output differs bit for bit is named, with whether its inputs already
+differed (if not, that module or op computed differently).
 
 usage: python scripts/diff_first_prefill.py --model DIR --load-format dummy --no-warmup --prefill-graph-sizes none
        [--prompt-len 384] [--runs 3]
