@@ -40,6 +40,26 @@ def causal_attention_reference(
     return out.contiguous()
 
 
+def _sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float) -> torch.Tensor:
+    """Causal GQA SDPA on [1, H, T, D] views through the first backend of the order that takes them (module
+    docstring), one backend enabled at a time: with several enabled and ``set_priority=True``, torch 2.11 ran the
+    first call of a process on cuDNN even where flash came first, and every later call on flash (H100,
+    2026-12-06: a fresh engine's first eager prefill gave other bits than the same prompt again)."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    order = [SDPBackend.CUDNN_ATTENTION, SDPBackend.FLASH_ATTENTION]
+    if not (q.is_cuda and torch.cuda.is_current_stream_capturing()):
+        order.reverse()
+    for backend in [*order, SDPBackend.MATH]:
+        try:
+            with sdpa_kernel(backend):
+                return F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=scale, enable_gqa=True)
+        except RuntimeError:  # "No available kernel": this backend does not take these operands
+            if backend == SDPBackend.MATH:
+                raise
+    raise RuntimeError("no SDPA backend")  # not reached: MATH takes any operands or raises above
+
+
 def causal_attention(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float, gate: torch.Tensor | None = None
 ) -> torch.Tensor:
@@ -52,16 +72,8 @@ def causal_attention(
         )
     if not (q.is_cuda and q.dtype in (torch.float16, torch.bfloat16) and not reference_only()):
         return causal_attention_reference(q, k, v, scale, gate)
-    from torch.nn.attention import SDPBackend, sdpa_kernel
-
-    fast = [SDPBackend.CUDNN_ATTENTION, SDPBackend.FLASH_ATTENTION]
-    if not torch.cuda.is_current_stream_capturing():
-        fast.reverse()
-    with sdpa_kernel([*fast, SDPBackend.MATH], set_priority=True):
-        o = F.scaled_dot_product_attention(
-            q.transpose(0, 1)[None], k.transpose(0, 1)[None], v.transpose(0, 1)[None],
-            is_causal=True, scale=scale, enable_gqa=True,
-        )[0].transpose(0, 1)  # fmt: skip
+    o = _sdpa(q.transpose(0, 1)[None], k.transpose(0, 1)[None], v.transpose(0, 1)[None], scale)
+    o = o[0].transpose(0, 1)
     if gate is None:
         return o.contiguous()
     gate = gate.view(t, hq, d)

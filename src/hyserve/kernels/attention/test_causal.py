@@ -90,3 +90,36 @@ def test_bad_shapes_raise():
     q, k, v, _ = _rows(8, 4, 2, 16, torch.float32)
     with pytest.raises(ValueError, match="Hkv dividing Hq"):
         causal_attention(q, k[:4], v[:4], 0.25)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_sdpa_backend_loop_matches_the_reference(dtype):
+    """``_sdpa`` (one backend at a time, the first that takes the operands) on this machine's tensors: on the CPU
+    flash (or the math fallback), on a GPU flash eagerly."""
+    from hyserve.kernels.attention.causal import _sdpa
+
+    q, k, v, _ = _rows(64, 8, 2, 32, dtype)
+    got = _sdpa(q.transpose(0, 1)[None], k.transpose(0, 1)[None], v.transpose(0, 1)[None], 0.2)[0].transpose(
+        0, 1
+    )
+    want = causal_attention_reference(q.float(), k.float(), v.float(), 0.2)
+    assert rel_err(got.float(), want) < TOL[dtype]
+
+
+@pytest.mark.skipif(not CUDA, reason="the first SDPA call of a process picks the backend on a GPU")
+def test_first_call_of_a_process_equals_the_next():
+    """A fresh process's first causal_attention gives the bits of its second (torch 2.11 with a backend priority
+    list ran the first call on cuDNN and the rest on flash)."""
+    import subprocess
+    import sys
+
+    code = (
+        "import torch\n"
+        "from hyserve.kernels.attention.causal import causal_attention\n"
+        "g = torch.Generator(device='cuda').manual_seed(0)\n"
+        "r = lambda *s: torch.randn(*s, device='cuda', generator=g).bfloat16()\n"
+        "q, k, v, gate = r(384, 16, 256), r(384, 2, 256), r(384, 2, 256), r(384, 16, 256)\n"
+        "o = [causal_attention(q, k, v, 0.0625, gate=gate) for _ in range(3)]\n"
+        "assert torch.equal(o[0], o[1]) and torch.equal(o[1], o[2])\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
