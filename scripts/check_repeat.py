@@ -23,16 +23,10 @@ from hyserve.engine.args import add_engine_arguments, engine_args_from
 from hyserve.llm import LLM
 
 
-def _run(engine, prompt: list[int], tag: str, params: SamplingParams) -> tuple[list[int], list[float]]:
+def _run(llm: LLM, prompt: list[int], params: SamplingParams) -> tuple[list[int], list[float]]:
     """(tokens, logprobs of the chosen tokens; empty without logprobs) of one request run alone."""
-    engine.add_request(tag, prompt, params)
-    last = None
-    while engine.has_unfinished_requests():
-        for out in engine.step():
-            if out.request_id == tag:
-                last = out.outputs[0]
-    logprobs = [lp[0] for lp in last.logprobs or []]
-    return list(last.token_ids), logprobs
+    out = llm.generate(prompt, params)[0].outputs[0]
+    return list(out.token_ids), [lp[0] for lp in out.logprobs or []]
 
 
 def _first_difference(a: tuple[list[int], list[float]], b: tuple[list[int], list[float]]) -> int | None:
@@ -55,7 +49,8 @@ def main() -> None:
         help="capture the batch-1 decode graphs again before each round, as scripts/tune_step.py does before a trial",
     )
     ns = parser.parse_args()
-    engine = LLM.from_engine_args(engine_args_from(ns)).engine
+    llm = LLM.from_engine_args(engine_args_from(ns))
+    engine = llm.engine
     if ns.recapture and engine.runner.graphs is None:
         raise SystemExit("--recapture needs the engine's decode graphs (a CUDA device, no --enforce-eager)")
     gen = torch.Generator().manual_seed(0)
@@ -77,7 +72,7 @@ def main() -> None:
                 engine.runner.capture_graphs([1], ns.max_model_len, progress=False)
             for kind, params in kinds.items():
                 count += 1
-                got = _run(engine, prompt, f"{kind}-{n}-{r}", params)
+                got = _run(llm, prompt, params)
                 first.setdefault(kind, got)
                 at = _first_difference(first[kind], got)
                 ok &= at is None
@@ -87,7 +82,7 @@ def main() -> None:
                     + ("same" if at is None else f"DIFFERS from round 0 at position {at}")
                 )
             count += 1
-            _run(engine, other, f"other-{n}-{r}", kinds["greedy"])
+            _run(llm, other, kinds["greedy"])
         if first["greedy"][0] != first["logprobs"][0]:  # the screen's proof says they agree (ties aside)
             print(f"prompt {n:>5}: the greedy screen's tokens differ from the full head's")
     print(f"{count} requests: " + ("every repeat bit-identical" if ok else "REPEATS DIFFER"))

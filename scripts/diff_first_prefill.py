@@ -86,7 +86,8 @@ def main() -> None:
     parser.add_argument("--prompt-len", type=int, default=384)
     parser.add_argument("--runs", type=int, default=3)
     ns = parser.parse_args()
-    engine = LLM.from_engine_args(engine_args_from(ns)).engine
+    llm = LLM.from_engine_args(engine_args_from(ns))
+    engine = llm.engine
     model = engine.runner.model
     records: list[list[tuple[str, torch.Tensor | None, torch.Tensor | None]]] = []
 
@@ -123,14 +124,9 @@ def main() -> None:
     params = SamplingParams(temperature=0.0, max_tokens=1, ignore_eos=True, logprobs=0)
     for r in range(ns.runs):
         records.append([])
-        engine.add_request(f"run-{r}", prompt, params)
-        out = None
-        while engine.has_unfinished_requests():
-            out = engine.step() or out
-        lp = out[0].outputs[0].logprobs[0][0]
-        print(
-            f"run {r}: token {out[0].outputs[0].token_ids[0]} logprob {lp:.6f}, {len(records[-1])} module calls"
-        )
+        out = llm.generate(prompt, params)[0].outputs[0]
+        lp = out.logprobs[0][0]
+        print(f"run {r}: token {out.token_ids[0]} logprob {lp:.6f}, {len(records[-1])} module calls")
     base = records[0]
     for r in range(1, ns.runs):
         other = records[r]

@@ -50,14 +50,14 @@ def _sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float) -> to
     order = [SDPBackend.CUDNN_ATTENTION, SDPBackend.FLASH_ATTENTION]
     if not (q.is_cuda and torch.cuda.is_current_stream_capturing()):
         order.reverse()
-    for backend in [*order, SDPBackend.MATH]:
+    for backend in order:
         try:
             with sdpa_kernel(backend):
                 return F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=scale, enable_gqa=True)
         except RuntimeError:  # "No available kernel": this backend does not take these operands
-            if backend == SDPBackend.MATH:
-                raise
-    raise RuntimeError("no SDPA backend")  # not reached: MATH takes any operands or raises above
+            pass
+    with sdpa_kernel(SDPBackend.MATH):
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=scale, enable_gqa=True)
 
 
 def causal_attention(
