@@ -32,6 +32,7 @@ from tqdm import tqdm
 
 from hyserve.engine.cuda_graphs import GraphSet
 from hyserve.engine.scheduler import SchedulerOutput
+from hyserve.kernels.attention import graph_backend
 from hyserve.model.batch import ForwardBatch
 
 log = logging.getLogger(__name__)
@@ -188,22 +189,25 @@ class PrefillGraphs(GraphSet):
     @torch.inference_mode()
     def capture(self, progress: bool = True) -> None:
         """Run every (size, exact) variant once eagerly (compiles kernels, allocates every lazily created
-        buffer outside the capture), then capture them, largest first, in one shared pool."""
-        variants = [(s, e) for s in sorted(self.sizes, reverse=True) for e in (True, False)]
-        for size, exact in variants:
-            self._safe_inputs(size)
-            if exact:
-                self.cu[1] = size
-                self.seq_lens[0] = size
-            self.forward(size, exact)
-        torch.cuda.synchronize(self.device)
-        for size, exact in tqdm(variants, desc="Capturing prefill graphs", disable=not progress):
-            self._safe_inputs(size)
-            graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph, pool=self.pool):
-                hidden = self.forward(size, exact)
-            if self.pool is None:
-                self.pool = graph.pool()
-            self.graphs[(size, exact)] = _Captured(graph, hidden)
-        torch.cuda.synchronize(self.device)
+        buffer outside the capture), then capture them, largest first, in one shared pool. Both under
+        ``graph_backend()``: the prompt's attention on cuDNN, its plan per bucket built in the eager run (a
+        process's first cuDNN call cannot be captured)."""
+        with graph_backend():
+            variants = [(s, e) for s in sorted(self.sizes, reverse=True) for e in (True, False)]
+            for size, exact in variants:
+                self._safe_inputs(size)
+                if exact:
+                    self.cu[1] = size
+                    self.seq_lens[0] = size
+                self.forward(size, exact)
+            torch.cuda.synchronize(self.device)
+            for size, exact in tqdm(variants, desc="Capturing prefill graphs", disable=not progress):
+                self._safe_inputs(size)
+                graph = torch.cuda.CUDAGraph()
+                with torch.cuda.graph(graph, pool=self.pool):
+                    hidden = self.forward(size, exact)
+                if self.pool is None:
+                    self.pool = graph.pool()
+                self.graphs[(size, exact)] = _Captured(graph, hidden)
+            torch.cuda.synchronize(self.device)
         log.info("captured prefill CUDA graphs for %s tokens", self.sizes)

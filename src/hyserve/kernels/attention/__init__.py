@@ -183,12 +183,17 @@ def store_kv(
     store_kv_reference(k, v, k_cache, v_cache, slot_mapping)
 
 
-from hyserve.kernels.attention.causal import causal_attention, causal_attention_reference  # noqa: E402
+from hyserve.kernels.attention.causal import (  # noqa: E402
+    causal_attention,
+    causal_attention_reference,
+    graph_backend,
+)
 
 __all__ = [
     "causal_attention",
     "causal_attention_reference",
     "decode_attention",
+    "graph_backend",
     "paged_attention",
     "paged_attention_reference",
     "store_kv",

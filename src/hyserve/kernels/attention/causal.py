@@ -6,15 +6,21 @@ query head h reads KV head h // (Hq / Hkv)), times ``sigmoid(gate)``. The same r
 the context is exactly these tokens, without reading them back from the paged cache: on CUDA (fp16 / bf16) it
 is torch's SDPA (GQA native), then the gate in one Triton pass (``triton_gate.py``); elsewhere the reference.
 
-The backend: while a CUDA graph is captured (the prefill graphs' fixed buckets), cuDNN, a FlashAttention-3 class
-kernel on Hopper (at 1024 / 4096 tokens, 16 query and 2 KV heads, D 256: 33 / 262 us on the H200 against 72 / 757
-for ``triton_prefill``; docs/performance.md). cuDNN builds an execution plan for every new shape, reported at tens
-to hundreds of milliseconds (flashinfer-ai/flashinfer#5245, modelscope/FunASR#3704), paid once per bucket in the
-capture but per prompt length in an eager prefill; so an eager prefill (past the largest bucket, or without
-graphs) takes the flash backend, which plans nothing (63 / 543 us). Math last, for GPUs where neither applies.
+The backend: inside ``graph_backend()`` (the prefill graphs' warm-up and capture of their fixed buckets) cuDNN, a
+FlashAttention-3 class kernel on Hopper (at 1024 / 4096 tokens, 16 query and 2 KV heads, D 256: 33 / 262 us on the
+H200 against 72 / 757 for ``triton_prefill``; docs/performance.md). cuDNN builds an execution plan for every new
+shape, reported at tens to hundreds of milliseconds (flashinfer-ai/flashinfer#5245, modelscope/FunASR#3704): paid
+once per bucket in the warm-up before the capture, but it would be paid per prompt length in an eager prefill, so
+every other call (an eager prefill past the largest bucket or without graphs) takes the flash backend, which plans
+nothing (63 / 543 us). Math last, for GPUs where neither applies. The warm-up must take cuDNN too: a process's first
+cuDNN call cannot be captured (``cudaErrorStreamCaptureInvalidated``, H100 2026-12-06), and the caller, not the
+stream's capture state, decides, so a warm-up and its capture run the same kernel.
 """
 
 from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
 
 import torch
 import torch.nn.functional as F
@@ -40,6 +46,21 @@ def causal_attention_reference(
     return out.contiguous()
 
 
+_graph_backend = False  # inside graph_backend(): cuDNN first
+
+
+@contextlib.contextmanager
+def graph_backend() -> Iterator[None]:
+    """Inside: ``causal_attention`` takes cuDNN first (module docstring). For a CUDA graph's eager warm-up and its
+    capture together; not reentrant across threads (the engine captures on one)."""
+    global _graph_backend
+    before, _graph_backend = _graph_backend, True
+    try:
+        yield
+    finally:
+        _graph_backend = before
+
+
 def _sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float) -> torch.Tensor:
     """Causal GQA SDPA on [1, H, T, D] views through the first backend of the order that takes them (module
     docstring), one backend enabled at a time: with several enabled and ``set_priority=True``, torch 2.11 ran the
@@ -47,9 +68,9 @@ def _sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float) -> to
     2026-12-06: a fresh engine's first eager prefill gave other bits than the same prompt again)."""
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
-    order = [SDPBackend.CUDNN_ATTENTION, SDPBackend.FLASH_ATTENTION]
-    if not (q.is_cuda and torch.cuda.is_current_stream_capturing()):
-        order.reverse()
+    order = [SDPBackend.FLASH_ATTENTION]
+    if _graph_backend:
+        order.insert(0, SDPBackend.CUDNN_ATTENTION)
     for backend in order:
         try:
             with sdpa_kernel(backend):

@@ -5,10 +5,17 @@ gate interleaved with the queries)."""
 
 from __future__ import annotations
 
+import contextlib
+
 import pytest
 import torch
 
-from hyserve.kernels.attention import causal_attention, causal_attention_reference, paged_attention_reference
+from hyserve.kernels.attention import (
+    causal_attention,
+    causal_attention_reference,
+    graph_backend,
+    paged_attention_reference,
+)
 from hyserve.kernels.attention.triton_gate import sigmoid_gate_triton
 from hyserve.kernels.testing import rel_err
 
@@ -62,14 +69,19 @@ def test_op_matches_reference(t, hq, hkv, d, dtype, gated):
 
 
 @pytest.mark.skipif(not CUDA, reason="CUDA graphs")
+@pytest.mark.parametrize("cudnn", [True, False], ids=["graph_backend", "default"])
 @pytest.mark.parametrize("t", [1024, 300])
-def test_captured_op_matches_reference(t):
-    """In a CUDA graph (the prefill graphs' path: cuDNN), replayed on new inputs copied into the captured ones."""
+def test_captured_op_matches_reference(t, cudnn):
+    """In a CUDA graph, replayed on new inputs copied into the captured ones: under ``graph_backend()`` (the prefill
+    graphs' path: cuDNN, its first call of the process in the eager warm-up) and without it (flash)."""
     q, k, v, gate = _rows(t, 16, 2, 256, torch.bfloat16, seed=11)
-    causal_attention(q, k, v, 256**-0.5, gate)  # compiles the gate kernel outside the capture
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        out = causal_attention(q, k, v, 256**-0.5, gate)
+    with graph_backend() if cudnn else contextlib.nullcontext():
+        causal_attention(
+            q, k, v, 256**-0.5, gate
+        )  # the gate kernel's compile and cuDNN's plan, outside the capture
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            out = causal_attention(q, k, v, 256**-0.5, gate)
     q2, k2, v2, gate2 = _rows(t, 16, 2, 256, torch.bfloat16, seed=12)
     for dst, src in ((q, q2), (k, k2), (v, v2), (gate, gate2)):
         dst.copy_(src)
@@ -92,18 +104,31 @@ def test_bad_shapes_raise():
         causal_attention(q, k[:4], v[:4], 0.25)
 
 
+@pytest.mark.parametrize("cudnn", [True, False], ids=["graph_backend", "default"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_sdpa_backend_loop_matches_the_reference(dtype):
+def test_sdpa_backend_loop_matches_the_reference(dtype, cudnn):
     """``_sdpa`` (one backend at a time, the first that takes the operands) on this machine's tensors: on the CPU
-    flash (or the math fallback), on a GPU flash eagerly."""
+    torch's CPU flash kernel or math (cuDNN refuses CPU tensors), on a GPU cuDNN under ``graph_backend()``, else flash."""
     from hyserve.kernels.attention.causal import _sdpa
 
     q, k, v, _ = _rows(64, 8, 2, 32, dtype)
-    got = _sdpa(q.transpose(0, 1)[None], k.transpose(0, 1)[None], v.transpose(0, 1)[None], 0.2)[0].transpose(
-        0, 1
-    )
+    with graph_backend() if cudnn else contextlib.nullcontext():
+        got = _sdpa(q.transpose(0, 1)[None], k.transpose(0, 1)[None], v.transpose(0, 1)[None], 0.2)
     want = causal_attention_reference(q.float(), k.float(), v.float(), 0.2)
-    assert rel_err(got.float(), want) < TOL[dtype]
+    assert rel_err(got[0].transpose(0, 1).float(), want) < TOL[dtype]
+
+
+def test_graph_backend_nests_and_restores():
+    from hyserve.kernels.attention import causal
+
+    with graph_backend():
+        with graph_backend():
+            assert causal._graph_backend
+        assert causal._graph_backend
+    assert not causal._graph_backend
+    with pytest.raises(KeyError), graph_backend():
+        raise KeyError
+    assert not causal._graph_backend
 
 
 @pytest.mark.skipif(not CUDA, reason="the first SDPA call of a process picks the backend on a GPU")
