@@ -132,3 +132,29 @@ def test_bad_sizes_are_refused(model_dir):
     assert default_prefill_sizes(1000) == [128, 256, 512]
     with pytest.raises(ValueError, match="prefill graph size 512 is outside 1..127"):
         LLM(str(model_dir), device="cpu", progress=False, max_model_len=128, prefill_graph_sizes=[64, 512])
+
+
+def test_warm_up_and_capture_both_run_under_graph_backend(model_dir, monkeypatch):
+    """The prompt's attention takes cuDNN in the graphs, and a process's first cuDNN call cannot be captured
+    (H100, 2026-12-06), so the eager warm-up of every bucket must run under ``graph_backend()`` as well as its
+    capture. The CPU cannot capture: the CUDA graph calls are stand-ins here, the forward a recorder."""
+    import contextlib
+
+    from hyserve.kernels.attention import causal
+
+    class FakeGraph:
+        def pool(self) -> tuple[int, int]:
+            return (0, 0)
+
+    monkeypatch.setattr(torch.cuda, "CUDAGraph", FakeGraph)
+    monkeypatch.setattr(torch.cuda, "graph", lambda graph, pool=None: contextlib.nullcontext())
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: None)
+    graphs = _with_prefill_graphs(LLM(str(model_dir), device="cpu", progress=False, max_model_len=128))
+    seen = []
+    monkeypatch.setattr(
+        graphs, "forward", lambda size, exact: seen.append((size, exact, causal._graph_backend))
+    )
+    graphs.capture(progress=False)
+    variants = [(s, e) for s in sorted(SIZES, reverse=True) for e in (True, False)]
+    assert seen == [(s, e, True) for s, e in variants] * 2  # the warm-up, then the capture
+    assert sorted(graphs.graphs) == sorted(variants) and not causal._graph_backend
