@@ -12,9 +12,10 @@ H200 against 72 / 757 for ``triton_prefill``; docs/performance.md). cuDNN builds
 shape, reported at tens to hundreds of milliseconds (flashinfer-ai/flashinfer#5245, modelscope/FunASR#3704): paid
 once per bucket in the warm-up before the capture, but it would be paid per prompt length in an eager prefill, so
 every other call (an eager prefill past the largest bucket or without graphs) takes the flash backend, which plans
-nothing (63 / 543 us). Math last, for GPUs where neither applies. The warm-up must take cuDNN too: a process's first
-cuDNN call cannot be captured (``cudaErrorStreamCaptureInvalidated``, H100 2026-12-06), and the caller, not the
-stream's capture state, decides, so a warm-up and its capture run the same kernel.
+nothing (63 / 543 us). Math last, where flash (and in the graphs cuDNN) does not take the operands. The
+warm-up must take cuDNN too: a process's first cuDNN call cannot be captured (``cudaErrorStreamCaptureInvalidated``,
+H100 2026-12-06), and the caller, not the stream's capture state, decides, so a warm-up and its capture run the
+same kernel.
 """
 
 from __future__ import annotations
