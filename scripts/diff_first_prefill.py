@@ -7,7 +7,8 @@ usage: python scripts/diff_first_prefill.py --model DIR --load-format dummy --no
        [--prompt-len 384] [--runs 3]
 
 ``scripts/check_repeat.py`` found the first request of an engine started with ``--no-warmup`` giving other bits
-than every later one (H100, 2026-12-06); the warm-up hides it in serving.
+than every later one (H100, 2026-12-06); this script traced it to the first attention layer's causal attention
+(torch's SDPA backend priority list, fixed in ``kernels/attention/causal.py``; docs/performance.md).
 """
 
 from __future__ import annotations

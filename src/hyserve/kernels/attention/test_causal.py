@@ -76,9 +76,8 @@ def test_captured_op_matches_reference(t, cudnn):
     graphs' path: cuDNN, its first call of the process in the eager warm-up) and without it (flash)."""
     q, k, v, gate = _rows(t, 16, 2, 256, torch.bfloat16, seed=11)
     with graph_backend() if cudnn else contextlib.nullcontext():
-        causal_attention(
-            q, k, v, 256**-0.5, gate
-        )  # the gate kernel's compile and cuDNN's plan, outside the capture
+        # the gate kernel's compile and, under graph_backend(), cuDNN's first call and plan: outside the capture
+        causal_attention(q, k, v, 256**-0.5, gate)
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph):
             out = causal_attention(q, k, v, 256**-0.5, gate)
@@ -108,7 +107,8 @@ def test_bad_shapes_raise():
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_sdpa_backend_loop_matches_the_reference(dtype, cudnn):
     """``_sdpa`` (one backend at a time, the first that takes the operands) on this machine's tensors: on the CPU
-    torch's CPU flash kernel or math (cuDNN refuses CPU tensors), on a GPU cuDNN under ``graph_backend()``, else flash."""
+    torch's CPU flash kernel or math (cuDNN refuses CPU tensors), on a GPU cuDNN under ``graph_backend()``, else
+    flash."""
     from hyserve.kernels.attention.causal import _sdpa
 
     q, k, v, _ = _rows(64, 8, 2, 32, dtype)
