@@ -19,7 +19,8 @@ reference's solve is ``T = (I + strictly-lower(beta_i k_i.k_j D_ij))^-1``, ``w =
 2. ``_state_output_kernel`` grid (N, HV, V/BV) (default, ``fused_output``): the only sequential part. Per
    (sequence, head, V-tile) walk the chunks keeping S [K, BV] fp32 in registers: v_new = u - w S,
    o = diag(qs) q S + aqk v_new (stored), S <- e^{c_last} S + k^T diag(e^{c_last - c} / |k|) v_new; the
-   two output dots feed nothing back, so the loop's critical path is the recurrence's. Starts from the
+   two output dots feed nothing back, yet they are half the pass's time (they queue on the same warpgroup's
+   tensor cores; every unfused or merged form measured slower, docs/performance.md 2026-12-06). Starts from the
    slot if has_initial_state else zeros; writes the final state into the slot.
    Unfused variant: ``_state_kernel`` stores the chunk start states h [chunks, HV, K, V] and v_new, and
    ``_output_kernel`` grid (chunks, HV, V/BV) computes o from them fully in parallel (3 launches, like
@@ -253,7 +254,8 @@ def _state_output_kernel(
 ):  # fmt: skip
     """_state_kernel with the output fused into the chunk loop (no h / v_new round trip, one launch less):
     o = diag(qs) q S + aqk v_new, where aqk and qs (scale exp(cum) / |q|) come from _prepare_kernel. The
-    two extra dots read S and v_new but feed nothing back, so the loop's critical path is unchanged."""
+    two extra dots read S and v_new and feed nothing back, but they take half the loop's time (the module
+    docstring)."""
     i_n = tl.program_id(0)
     i_hv = tl.program_id(1)
     i_v = tl.program_id(2)
