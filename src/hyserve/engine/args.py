@@ -53,6 +53,13 @@ def add_engine_arguments(parser: argparse.ArgumentParser, model_required: bool =
         "computed by the mixer's projections, layers/routed_projection.py)",
     )
     g.add_argument(
+        "--no-mma-projections",
+        dest="mma_projections",
+        action="store_false",
+        help="stream the routed in-projections' bf16 weights in one-token steps (default on CUDA: lossless "
+        "12-bit copies decoded into tensor-core operands, 0.75 of the bytes; layers/mma_projections.py)",
+    )
+    g.add_argument(
         "--pack-weights",
         action="store_true",
         help="also keep the bf16 weights that few-token decode steps stream (the in-projections' GEMVs, the "
@@ -90,6 +97,7 @@ def engine_args_from(ns: argparse.Namespace) -> EngineArgs:
         warmup=ns.warmup,
         greedy_screen=ns.greedy_screen,
         routed_projections=ns.routed_projections,
+        mma_projections=ns.mma_projections,
         pack_weights=ns.pack_weights,
     )
 

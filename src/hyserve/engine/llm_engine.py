@@ -55,6 +55,9 @@ class EngineArgs:
     # on CUDA with graphs, a one-token step routes each MoE layer inside its mixer's projections instead of a
     # router launch (+3 MB a layer of router rows; layers/routed_projection.py)
     routed_projections: bool = True
+    # on CUDA with graphs and the routed projections, a one-token step's in-projections stream lossless 12-bit
+    # copies through the tensor-core GEMV (+1.5 GB for Qwen3.6-35B-A3B; layers/mma_projections.py)
+    mma_projections: bool = True
     # on CUDA with graphs, few-token steps stream lossless 12-bit copies of the in-projections' and the experts'
     # bf16 weights (0.75 of the bytes, ~50 GB more memory; layers/packed_weights.py). Off until timed.
     pack_weights: bool = False
@@ -139,6 +142,16 @@ class LLMEngine:
         if self.device.type == "cuda" and args.routed_projections and not args.enforce_eager:
             nbytes = prepare_routed_projections(self.model)
             log.info("router rows in the mixers' projections: %.2f GB", nbytes / 1e9)
+        if (
+            self.device.type == "cuda"
+            and args.routed_projections
+            and args.mma_projections
+            and not args.enforce_eager
+        ):
+            from hyserve.layers.mma_projections import prepare_mma_projections
+
+            nbytes = prepare_mma_projections(self.model)
+            log.info("12-bit tensor-core copies of the routed in-projections: %.2f GB", nbytes / 1e9)
         if self.device.type == "cuda" and args.pack_weights and not args.enforce_eager:
             nbytes = prepare_packed_weights(self.model)
             log.info("12-bit copies of the few-token steps' weights: %.2f GB", nbytes / 1e9)

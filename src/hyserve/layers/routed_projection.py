@@ -41,6 +41,8 @@ class RoutedProjections:
         self.n_in, self.num_experts, self.top_k = n_in, num_experts, moe.top_k
         # w_in's and w_out's 12-bit copies, if ``--pack-weights`` made them (layers/packed_weights.py)
         self.w_in_packed = self.w_out_packed = None
+        # w_in's fragment-ordered 12-bit copy for the tensor-core GEMV, if made (layers/mma_projections.py)
+        self.w_in_mma = None
         self._partial: torch.Tensor | None = None  # [1, E]: W_r' h0, from the in-projection
         self._routing: tuple[torch.Tensor, torch.Tensor] | None = None  # for the MoE block: ids, raw logits
         in_proj.fusion, out_proj.fusion, moe.routed = self.project_in, self.project_out, self
@@ -61,7 +63,9 @@ class RoutedProjections:
         """The in-projection at one token: its output, ``W_r' h0`` kept; None (not taken) otherwise."""
         if norm is None or residual is not None or not rp.fast(x, self.w_in):
             return None
-        y = rp.project_in(x, self.w_in, self.n_in, norm.weight, norm.eps, self._plans()[0], self.w_in_packed)
+        y = rp.project_in(
+            x, self.w_in, self.n_in, norm.weight, norm.eps, self._plans()[0], self.w_in_packed, self.w_in_mma
+        )
         self._partial = y[:, self.n_in :]  # [1, E]: the router's rows
         return y[:, : self.n_in]
 

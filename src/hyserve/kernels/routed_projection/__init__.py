@@ -18,6 +18,7 @@ import torch
 
 from hyserve.kernels.dispatch import triton_enabled
 from hyserve.kernels.linear import gemv_plan, packed_gemv_plan  # module globals: tests patch them
+from hyserve.kernels.mma_gemv import MmaPackedBF16, gemv_mma, mma_plan
 from hyserve.kernels.packed_bf16 import PackedBF16
 from hyserve.kernels.routed_projection.reference import (
     build_router_rows,
@@ -56,10 +57,22 @@ def project_in(
     norm_eps: float,
     plan: dict | None,
     packed: PackedBF16 | None = None,
+    mma: MmaPackedBF16 | None = None,
 ) -> torch.Tensor:
     """See ``project_in_reference``: x h0 [T, H], weight [n + E, H] -> [T, n + E]. ``packed``: the weight's
-    12-bit copy, streamed instead where the packed GEMV has a plan whose row blocks divide n (bf16 x)."""
+    12-bit copy, streamed instead where the packed GEMV has a plan whose row blocks divide n (bf16 x); ``mma``:
+    its fragment-ordered 12-bit copy, streamed by ``kernels/mma_gemv`` where that has a plan (bf16, n in
+    16-row tiles), before any other."""
     if plan is not None and fast(x, weight, norm_weight):
+        if (
+            mma is not None
+            and x.dtype == norm_weight.dtype == torch.bfloat16
+            and x.is_contiguous()
+            and n % 16 == 0
+        ):
+            mma_gemv_plan = mma_plan(*weight.shape)
+            if mma_gemv_plan is not None:
+                return gemv_mma(x, mma, mma_gemv_plan, norm_weight=norm_weight, norm_eps=norm_eps, raw_from=n)
         packed_plan = packed_gemv_plan(*weight.shape) if packed is not None else None
         ok = packed_plan is not None and x.dtype == torch.bfloat16 and x.data_ptr() % 8 == 0
         if ok and n % packed_plan["BLOCK_N"] == 0:

@@ -1,0 +1,197 @@
+"""The kernel: CUDA C++ (compiled at run time by ``kernels/nvrtc.py``), one CTA a 16-row tile.
+
+Why not Triton: a GEMV over the 12-bit format has to decode every weight, and the FMA form issues ~69
+instructions per 8-element group (``linear/triton_packed.py``: slower than the bf16 plan although it moves 0.75
+of the bytes); Triton's tensor-core forms take the A operand through shared memory in 64-row tiles (slower
+still, docs/performance.md). Here each thread decodes its eight weights of a k16 step straight into
+``mma.m16n8k16``'s A registers (8 integer ops and 4 ``prmt``), with x as the B operand (every one of its 8
+columns the same x; column 0 of C is read): ~2.5 instructions an element in the sm_90 build.
+
+CTA = SPLIT warps; warp w takes steps [w S/SPLIT, (w + 1) S/SPLIT) of its tile in chunks of 8 steps, the next
+chunk's 6 16-byte loads a thread in flight while this one's 8 mma run; the warps' partial sums meet in shared
+memory and are added in warp order (deterministic). Before the PDL wait: the first chunk, the row windows and
+the escape pointers (weights; no kernel writes them). After it: x into shared memory, normalised there in a norm
+tile (``rms_norm``'s math and rounding: every CTA reduces the same 2048 squares in the same order), then the
+escapes' first entries. The escapes' corrections ``delta * x_n[col]`` are added after the warps' sum.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+
+import torch
+
+from hyserve.kernels.nvrtc import Kernel, compile_kernels
+
+SOURCE = r"""
+typedef unsigned short bf16_t;
+
+__device__ __forceinline__ float bf16_lo(unsigned int w) { return __uint_as_float(w << 16); }
+__device__ __forceinline__ float bf16_hi(unsigned int w) { return __uint_as_float(w & 0xFFFF0000u); }
+__device__ __forceinline__ unsigned int pack_bf16x2(float lo, float hi) {
+  unsigned int r;
+  asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+  return r;
+}
+
+__device__ __forceinline__ void mma_bf16(float (&c)[4], unsigned int a0, unsigned int a1, unsigned int a2,
+                                         unsigned int a3, unsigned int b0, unsigned int b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%0,%1,%2,%3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+// the four A registers of one k16 step: elements 0-3 from L0 and the low nibbles of w, 4-7 from L1 and the
+// high nibbles; high byte = (c & 7) + base | (c & 8) << 4, four bytes at a time
+__device__ __forceinline__ void decode8(unsigned int L0, unsigned int L1, unsigned int w, unsigned int base4,
+                                        unsigned int& a0, unsigned int& a1, unsigned int& a2, unsigned int& a3) {
+  const unsigned int ca = w & 0x0F0F0F0Fu, cb = (w >> 4) & 0x0F0F0F0Fu;
+  const unsigned int ha = ((ca & 0x07070707u) + base4) | ((ca << 4) & 0x80808080u);
+  const unsigned int hb = ((cb & 0x07070707u) + base4) | ((cb << 4) & 0x80808080u);
+  a0 = __byte_perm(L0, ha, 0x5140);
+  a1 = __byte_perm(L0, ha, 0x7362);
+  a2 = __byte_perm(L1, hb, 0x5140);
+  a3 = __byte_perm(L1, hb, 0x7362);
+}
+
+__device__ __forceinline__ float sumsq8(uint4 v) {
+  float s = 0.f;
+  const unsigned int w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const float a = bf16_lo(w[i]), b = bf16_hi(w[i]);
+    s += a * a;
+    s += b * b;
+  }
+  return s;
+}
+
+// rms_norm_reference's math for 8 elements: (x * rstd) * (1 + g), rounded to bf16
+__device__ __forceinline__ uint4 normalise8(uint4 v, uint4 gv, float rstd) {
+  const unsigned int w[4] = {v.x, v.y, v.z, v.w}, g[4] = {gv.x, gv.y, gv.z, gv.w};
+  unsigned int o[4];
+#pragma unroll
+  for (int i = 0; i < 4; ++i)
+    o[i] = pack_bf16x2((bf16_lo(w[i]) * rstd) * (1.f + bf16_lo(g[i])), (bf16_hi(w[i]) * rstd) * (1.f + bf16_hi(g[i])));
+  return make_uint4(o[0], o[1], o[2], o[3]);
+}
+
+template <int SPLIT, bool NORM, bool PDL>
+__global__ void __launch_bounds__(32 * SPLIT) gemv_mma(
+    bf16_t* __restrict__ y, const bf16_t* __restrict__ x, const bf16_t* __restrict__ nw, float eps, int raw_from,
+    const uint4* __restrict__ low, const uint4* __restrict__ codes, const int* __restrict__ base,
+    const int* __restrict__ eptr, const int* __restrict__ ecol, const float* __restrict__ edelta, int K) {
+  extern __shared__ uint4 xs[];  // [K / 8]: the B operand (x, normalised in a norm tile), bf16
+  __shared__ float part[SPLIT][16];
+  __shared__ float red[SPLIT];
+  const int tile = blockIdx.x, tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
+  const int S = K >> 4, SW = S / SPLIT, s0 = warp * SW, nch = SW >> 3, r0 = tile * 16;
+  const uint4* lp = low + ((size_t)tile * (S >> 1) + (s0 >> 1)) * 32 + lane;
+  const uint4* cp = codes + ((size_t)tile * (S >> 2) + (s0 >> 2)) * 32 + lane;
+  uint4 lo[4], cd[2];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) lo[i] = __ldg(lp + i * 32);
+#pragma unroll
+  for (int i = 0; i < 2; ++i) cd[i] = __ldg(cp + i * 32);
+  const unsigned int bg = (unsigned int)__ldg(base + r0 + g), bg8 = (unsigned int)__ldg(base + r0 + g + 8);
+  const unsigned int base4 = bg | (bg << 8) | (bg8 << 16) | (bg8 << 24);
+  int e_beg = 0, e_end = 0;
+  if (tid < 16) {
+    e_beg = __ldg(eptr + r0 + tid);
+    e_end = __ldg(eptr + r0 + tid + 1);
+  }
+  if (PDL) {
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+    asm volatile("griddepcontrol.launch_dependents;" :::);
+  }
+  const uint4* x4 = reinterpret_cast<const uint4*>(x);
+  if (NORM && r0 < raw_from) {
+    float ss = 0.f;
+    for (int i = tid; i < (K >> 3); i += 32 * SPLIT) {
+      const uint4 v = __ldcg(x4 + i);
+      ss += sumsq8(v);
+      xs[i] = v;
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xFFFFFFFFu, ss, o);
+    if (lane == 0) red[warp] = ss;
+    __syncthreads();
+    float total = 0.f;
+#pragma unroll
+    for (int w = 0; w < SPLIT; ++w) total += red[w];
+    const float rstd = rsqrtf(total / (float)K + eps);
+    const uint4* g4 = reinterpret_cast<const uint4*>(nw);
+    for (int i = tid; i < (K >> 3); i += 32 * SPLIT) xs[i] = normalise8(xs[i], __ldg(g4 + i), rstd);
+  } else {
+    for (int i = tid; i < (K >> 3); i += 32 * SPLIT) xs[i] = __ldcg(x4 + i);
+  }
+  int e_col0 = 0;
+  float e_d0 = 0.f;
+  if (e_beg < e_end) {
+    e_col0 = __ldg(ecol + e_beg);
+    e_d0 = __ldg(edelta + e_beg);
+  }
+  __syncthreads();
+  const unsigned int* x2 = reinterpret_cast<const unsigned int*>(xs);
+  float c[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll 1
+  for (int ch = 0; ch < nch; ++ch) {
+    uint4 lo_n[4], cd_n[2];
+    if (ch + 1 < nch) {
+      lp += 4 * 32;
+      cp += 2 * 32;
+#pragma unroll
+      for (int i = 0; i < 4; ++i) lo_n[i] = __ldg(lp + i * 32);
+#pragma unroll
+      for (int i = 0; i < 2; ++i) cd_n[i] = __ldg(cp + i * 32);
+    }
+    const int xb = (s0 + ch * 8) * 8;  // the chunk's first bf16 pair of x
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      const uint4 v = lo[i >> 1];
+      const uint4 cw = cd[i >> 2];
+      const unsigned int w = (i & 3) == 0 ? cw.x : (i & 3) == 1 ? cw.y : (i & 3) == 2 ? cw.z : cw.w;
+      unsigned int a0, a1, a2, a3;
+      decode8((i & 1) ? v.z : v.x, (i & 1) ? v.w : v.y, w, base4, a0, a1, a2, a3);
+      mma_bf16(c, a0, a1, a2, a3, x2[xb + i * 8 + t], x2[xb + i * 8 + t + 4]);
+    }
+#pragma unroll
+    for (int i = 0; i < 4; ++i) lo[i] = lo_n[i];
+#pragma unroll
+    for (int i = 0; i < 2; ++i) cd[i] = cd_n[i];
+  }
+  if (t == 0) {  // C column 0: rows g and g + 8 of the tile
+    part[warp][g] = c[0];
+    part[warp][g + 8] = c[2];
+  }
+  __syncthreads();
+  if (tid < 16) {
+    float acc = 0.f;
+#pragma unroll
+    for (int w = 0; w < SPLIT; ++w) acc += part[w][tid];
+    const bf16_t* xh = reinterpret_cast<const bf16_t*>(xs);
+    if (e_beg < e_end) {
+      acc += e_d0 * __uint_as_float((unsigned int)xh[e_col0] << 16);
+      for (int e = e_beg + 1; e < e_end; ++e)
+        acc += __ldg(edelta + e) * __uint_as_float((unsigned int)xh[__ldg(ecol + e)] << 16);
+    }
+    bf16_t out;
+    asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(out) : "f"(acc));
+    y[r0 + tid] = out;
+  }
+}
+"""
+
+_P, _I, _F = ctypes.c_void_p, ctypes.c_int, ctypes.c_float
+_PARAMS = (_P, _P, _P, _F, _I, _P, _P, _P, _P, _P, _P, _I)
+SPLITS = (2, 4, 8, 16)
+
+
+@functools.cache
+def kernel(device: torch.device, split: int, norm: bool, pdl: bool) -> Kernel:
+    """The compiled ``gemv_mma<split, norm, pdl>`` for ``device`` (once per process)."""
+    name = f"gemv_mma<{split}, {str(norm).lower()}, {str(pdl).lower()}>"
+    return compile_kernels(SOURCE, {name: _PARAMS}, device)[name]
