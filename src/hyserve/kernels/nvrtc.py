@@ -93,7 +93,10 @@ class Kernel:
     def __init__(self, function: ctypes.c_void_p, param_types: tuple[type, ...], name: str) -> None:
         self.function, self.param_types, self.name = function, param_types, name
 
-    def launch(self, grid: int, block: int, args: tuple, shared_mem: int = 0, pdl: bool = False) -> None:
+    def launch(
+        self, grid: int | tuple[int, int], block: int, args: tuple, shared_mem: int = 0, pdl: bool = False
+    ) -> None:
+        """Launch on the current stream: ``grid`` CTAs (or (x, y)) of ``block`` threads."""
         if len(args) != len(self.param_types):
             raise ValueError(f"{self.name} takes {len(self.param_types)} arguments, got {len(args)}")
         values = []
@@ -105,9 +108,10 @@ class Kernel:
             else:
                 values.append(ty(a))
         params = (ctypes.c_void_p * len(values))(*(ctypes.addressof(v) for v in values))
+        gx, gy = (grid, 1) if isinstance(grid, int) else grid
         attr = _LaunchAttribute(id=_CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION, value=1)
         cfg = _LaunchConfig(
-            gridDimX=grid, gridDimY=1, gridDimZ=1, blockDimX=block, blockDimY=1, blockDimZ=1,
+            gridDimX=gx, gridDimY=gy, gridDimZ=1, blockDimX=block, blockDimY=1, blockDimZ=1,
             sharedMemBytes=shared_mem, hStream=ctypes.c_void_p(torch.cuda.current_stream().cuda_stream),
             attrs=ctypes.pointer(attr) if pdl else None, numAttrs=1 if pdl else 0,
         )  # fmt: skip

@@ -24,7 +24,8 @@ import torch
 
 from hyserve.kernels.nvrtc import Kernel, compile_kernels
 
-SOURCE = r"""
+# device helpers shared with the other kernels over the fragment-ordered format (``moe/mma_pairs.py``)
+HELPERS = r"""
 typedef unsigned short bf16_t;
 
 __device__ __forceinline__ float bf16_lo(unsigned int w) { return __uint_as_float(w << 16); }
@@ -79,6 +80,11 @@ __device__ __forceinline__ uint4 normalise8(uint4 v, uint4 gv, float rstd) {
   return make_uint4(o[0], o[1], o[2], o[3]);
 }
 
+"""
+
+SOURCE = (
+    HELPERS
+    + r"""
 template <int SPLIT, bool NORM, bool PDL>
 __global__ void __launch_bounds__(32 * SPLIT) gemv_mma(
     bf16_t* __restrict__ y, const bf16_t* __restrict__ x, const bf16_t* __restrict__ nw, float eps, int raw_from,
@@ -184,6 +190,7 @@ __global__ void __launch_bounds__(32 * SPLIT) gemv_mma(
   }
 }
 """
+)
 
 _P, _I, _F = ctypes.c_void_p, ctypes.c_int, ctypes.c_float
 _PARAMS = (_P, _P, _P, _F, _I, _P, _P, _P, _P, _P, _P, _I)

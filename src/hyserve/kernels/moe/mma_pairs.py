@@ -1,0 +1,324 @@
+"""The one-token MoE gate_up over the experts' fragment-ordered 12-bit copies, on tensor cores (an optional
+path: ``layers/mma_projections.py`` makes the copies with ``--mma-experts``).
+
+``gate_up_mma`` computes what ``triton_pairs.gate_up_pairs`` does for one token with a given routing (the
+top-k ids and raw logits of ``kernels/routed_projection``) and the pre-norm applied inside: ``h[p] = w_p
+silu(x_n W_g[e_p]^T) (x_n W_u[e_p]^T)`` for the k routed pairs and the shared expert (row k), with ``x_n =
+rms_norm(x)`` rounded to bf16 (the unfused path's rounding), ``w_p`` the softmax of the token's top-k logits
+(scaled by rstd and rounded through bf16, as the router's output is) rounded to bf16, and the shared expert's
+``w = sigmoid(x_n . shared_expert_gate)``. The down kernel (``down_pairs``) then takes h as it takes the Triton
+kernel's.
+
+Layout (``pack_mma_experts``): each expert's [2I, H] gate_up rows reordered so that every 16-row tile holds 8
+gate rows and the 8 up rows of the same intermediate indices (rows ``8j .. 8j+7`` of gate, then of up), the
+shared expert appended as expert E, and the whole [(E + 1) 2I, H] matrix packed by ``mma_gemv.pack_mma``. A CTA
+takes one tile of one pair: its expert id after the PDL wait (the routing wrote it; the shared expert's CTAs load
+their first weights before it), the kernel of ``mma_gemv`` for the products, and its first 8 threads end with
+the tile's 8 values of h.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+from dataclasses import dataclass
+
+import torch
+
+from hyserve.kernels.contracts import require
+from hyserve.kernels.mma_gemv import MmaPackedBF16, pack_mma, unpack_mma
+from hyserve.kernels.mma_gemv.cuda_kernel import HELPERS, SPLITS
+from hyserve.kernels.nvrtc import Kernel, compile_kernels
+from hyserve.kernels.pdl import enabled as pdl_enabled
+from hyserve.kernels.rmsnorm.reference import rms_norm_reference
+
+
+@dataclass(frozen=True)
+class MmaExperts:
+    """A MoE block's gate_up weights (routed experts, then the shared expert as expert E), fragment-ordered."""
+
+    gate_up: MmaPackedBF16  # [(E + 1) 2I, H], each expert's rows in tiles of 8 gate + 8 up rows
+    num_experts: int  # E (the shared expert is E)
+    inter: int  # I
+
+    @property
+    def nbytes(self) -> int:
+        return self.gate_up.nbytes
+
+
+def _tile_order(inter: int) -> torch.Tensor:
+    """[2I] row permutation of one expert's gate_up: tile j holds gate rows 8j..8j+7, then up rows 8j..8j+7."""
+    j = torch.arange(inter // 8)[:, None]
+    r = torch.arange(8)[None, :]
+    return torch.cat([8 * j + r, inter + 8 * j + r], dim=1).flatten()
+
+
+@torch.no_grad()
+def pack_mma_experts(w_gate_up: torch.Tensor, shared_gate_up: torch.Tensor) -> MmaExperts:
+    """w_gate_up [E, 2I, H], shared_gate_up [2I, H] (bf16, I % 8 == 0, H % 64 == 0) -> their copy."""
+    e, two_i, hidden = w_gate_up.shape
+    if shared_gate_up.shape != (two_i, hidden) or two_i % 16 or w_gate_up.dtype != torch.bfloat16:
+        raise ValueError(
+            f"pack_mma_experts takes bf16 experts [E, 2I, H] with I % 8 == 0 and a shared expert [2I, H], got "
+            f"{w_gate_up.dtype} {tuple(w_gate_up.shape)} and {tuple(shared_gate_up.shape)}"
+        )
+    order = _tile_order(two_i // 2).to(w_gate_up.device)
+    stacked = torch.cat([w_gate_up[:, order], shared_gate_up[order][None]]).reshape(-1, hidden)
+    return MmaExperts(gate_up=pack_mma(stacked), num_experts=e, inter=two_i // 2)
+
+
+def unpack_mma_experts(packed: MmaExperts) -> tuple[torch.Tensor, torch.Tensor]:
+    """The bf16 (w_gate_up [E, 2I, H], shared_gate_up [2I, H]) back."""
+    w = unpack_mma(packed.gate_up).reshape(packed.num_experts + 1, 2 * packed.inter, -1)
+    inverse = torch.argsort(_tile_order(packed.inter)).to(w.device)
+    w = w[:, inverse]
+    return w[:-1], w[-1]
+
+
+def gate_up_mma_reference(
+    x: torch.Tensor,
+    packed: MmaExperts,
+    topk_ids: torch.Tensor,
+    raw_logits: torch.Tensor,
+    norm_weight: torch.Tensor,
+    norm_eps: float,
+    shared_expert_gate: torch.Tensor | None,
+) -> torch.Tensor:
+    """x [1, H] (the block's input before its pre-norm), topk_ids [1, k] int32, raw_logits [1, k] fp32 (before
+    rstd) -> h [k + 1, I] in x's dtype (the contract of ``gate_up_mma``; the module says what h is)."""
+    w, shared = unpack_mma_experts(packed)
+    xf = x.float()
+    rstd = torch.rsqrt(xf.pow(2).mean(-1) + norm_eps)  # [1]
+    xn = rms_norm_reference(x, norm_weight, norm_eps).float()[0]  # [H], rounded to x's dtype
+    logits = (raw_logits.float()[0] * rstd).to(x.dtype).float()
+    weights = torch.softmax(logits, dim=0).to(x.dtype).float()
+    mats = torch.cat([w[topk_ids[0].long()], shared[None].to(w.device)]).float()  # [k + 1, 2I, H]
+    gu = mats @ xn  # [k + 1, 2I]
+    inter = packed.inter
+    if shared_expert_gate is not None:
+        sw = torch.sigmoid(xn @ shared_expert_gate.float().reshape(-1))[None]
+    else:
+        sw = torch.ones(1, device=x.device)
+    scale = torch.cat([weights, sw])[:, None]
+    g, u = gu[:, :inter], gu[:, inter:]
+    return (g / (1.0 + torch.exp(-g)) * u * scale).to(x.dtype)
+
+
+SOURCE = (
+    HELPERS
+    + r"""
+__device__ __forceinline__ float dot8(uint4 a, uint4 b) {
+  const unsigned int x[4] = {a.x, a.y, a.z, a.w}, y[4] = {b.x, b.y, b.z, b.w};
+  float s = 0.f;
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    s += bf16_lo(x[i]) * bf16_lo(y[i]);
+    s += bf16_hi(x[i]) * bf16_hi(y[i]);
+  }
+  return s;
+}
+
+__device__ __forceinline__ float block_sum(float v, float* red, int warp, int lane, int nwarps) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xFFFFFFFFu, v, o);
+  if (lane == 0) red[warp] = v;
+  __syncthreads();
+  float total = 0.f;
+  for (int w = 0; w < nwarps; ++w) total += red[w];
+  return total;
+}
+
+// grid (2I / 16 tiles, k + 1 pairs); pair k is the shared expert (expert E of the packed matrix)
+template <int SPLIT, bool PDL>
+__global__ void __launch_bounds__(32 * SPLIT) gate_up_mma(
+    bf16_t* __restrict__ h, const bf16_t* __restrict__ x, const bf16_t* __restrict__ nw, float eps,
+    const int* __restrict__ ids, const float* __restrict__ raw, const bf16_t* __restrict__ sgate,
+    const uint4* __restrict__ low, const uint4* __restrict__ codes, const int* __restrict__ base,
+    const int* __restrict__ eptr, const int* __restrict__ ecol, const float* __restrict__ edelta,
+    int K, int I, int E, int k_top) {
+  extern __shared__ uint4 xs[];  // [K / 8]: x_n, bf16
+  __shared__ float part[SPLIT][16];
+  __shared__ float red[SPLIT];
+  __shared__ float red2[SPLIT];
+  __shared__ float rows[16];
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
+  const int p = blockIdx.y, shared = p == k_top;
+  const int S = K >> 4, SW = S / SPLIT, s0 = warp * SW, nch = SW >> 3;
+  int e = E;
+  if (!shared) {  // the routing's ids: written by the previous kernel
+    if (PDL) {
+      asm volatile("griddepcontrol.wait;" ::: "memory");
+      asm volatile("griddepcontrol.launch_dependents;" :::);
+    }
+    e = __ldcg(ids + p);
+  }
+  const int tile = e * ((2 * I) >> 4) + blockIdx.x, r0 = tile * 16;
+  const uint4* lp = low + ((size_t)tile * (S >> 1) + (s0 >> 1)) * 32 + lane;
+  const uint4* cp = codes + ((size_t)tile * (S >> 2) + (s0 >> 2)) * 32 + lane;
+  uint4 lo[4], cd[2];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) lo[i] = __ldg(lp + i * 32);
+#pragma unroll
+  for (int i = 0; i < 2; ++i) cd[i] = __ldg(cp + i * 32);
+  const unsigned int bg = (unsigned int)__ldg(base + r0 + g), bg8 = (unsigned int)__ldg(base + r0 + g + 8);
+  const unsigned int base4 = bg | (bg << 8) | (bg8 << 16) | (bg8 << 24);
+  int e_beg = 0, e_end = 0;
+  if (tid < 16) {
+    e_beg = __ldg(eptr + r0 + tid);
+    e_end = __ldg(eptr + r0 + tid + 1);
+  }
+  if (PDL && shared) {
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+    asm volatile("griddepcontrol.launch_dependents;" :::);
+  }
+  const uint4* x4 = reinterpret_cast<const uint4*>(x);
+  float ss = 0.f;
+  for (int i = tid; i < (K >> 3); i += 32 * SPLIT) {
+    const uint4 v = __ldcg(x4 + i);
+    ss += sumsq8(v);
+    xs[i] = v;
+  }
+  const float rstd = 1.f / sqrtf(block_sum(ss, red, warp, lane, SPLIT) / (float)K + eps);
+  const uint4* g4 = reinterpret_cast<const uint4*>(nw);
+  const uint4* s4 = reinterpret_cast<const uint4*>(sgate);
+  float gate_dot = 0.f;
+  for (int i = tid; i < (K >> 3); i += 32 * SPLIT) {
+    const uint4 v = normalise8(xs[i], __ldg(g4 + i), rstd);
+    xs[i] = v;
+    if (shared && sgate) gate_dot += dot8(v, __ldg(s4 + i));
+  }
+  float wrow = 1.f;
+  if (shared) {
+    if (sgate) wrow = 1.f / (1.f + __expf(-block_sum(gate_dot, red2, warp, lane, SPLIT)));
+  } else {  // softmax of the top-k logits scaled by rstd, each rounded through bf16 like the router's output
+    float mx = __int_as_float(0xff800000), num = 0.f, den = 0.f;
+    for (int q = 0; q < k_top; ++q) mx = fmaxf(mx, bf16_lo(pack_bf16x2(__ldcg(raw + q) * rstd, 0.f)));
+    for (int q = 0; q < k_top; ++q) {
+      const float z = __expf(bf16_lo(pack_bf16x2(__ldcg(raw + q) * rstd, 0.f)) - mx);
+      den += z;
+      if (q == p) num = z;
+    }
+    wrow = bf16_lo(pack_bf16x2(num / den, 0.f));
+  }
+  int e_col0 = 0;
+  float e_d0 = 0.f;
+  if (e_beg < e_end) {
+    e_col0 = __ldg(ecol + e_beg);
+    e_d0 = __ldg(edelta + e_beg);
+  }
+  __syncthreads();
+  const unsigned int* x2 = reinterpret_cast<const unsigned int*>(xs);
+  float c[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll 1
+  for (int ch = 0; ch < nch; ++ch) {
+    uint4 lo_n[4], cd_n[2];
+    if (ch + 1 < nch) {
+      lp += 4 * 32;
+      cp += 2 * 32;
+#pragma unroll
+      for (int i = 0; i < 4; ++i) lo_n[i] = __ldg(lp + i * 32);
+#pragma unroll
+      for (int i = 0; i < 2; ++i) cd_n[i] = __ldg(cp + i * 32);
+    }
+    const int xb = (s0 + ch * 8) * 8;
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      const uint4 v = lo[i >> 1];
+      const uint4 cw = cd[i >> 2];
+      const unsigned int w = (i & 3) == 0 ? cw.x : (i & 3) == 1 ? cw.y : (i & 3) == 2 ? cw.z : cw.w;
+      unsigned int a0, a1, a2, a3;
+      decode8((i & 1) ? v.z : v.x, (i & 1) ? v.w : v.y, w, base4, a0, a1, a2, a3);
+      mma_bf16(c, a0, a1, a2, a3, x2[xb + i * 8 + t], x2[xb + i * 8 + t + 4]);
+    }
+#pragma unroll
+    for (int i = 0; i < 4; ++i) lo[i] = lo_n[i];
+#pragma unroll
+    for (int i = 0; i < 2; ++i) cd[i] = cd_n[i];
+  }
+  if (t == 0) {
+    part[warp][g] = c[0];
+    part[warp][g + 8] = c[2];
+  }
+  __syncthreads();
+  if (tid < 16) {
+    float acc = 0.f;
+#pragma unroll
+    for (int w = 0; w < SPLIT; ++w) acc += part[w][tid];
+    const bf16_t* xh = reinterpret_cast<const bf16_t*>(xs);
+    if (e_beg < e_end) {
+      acc += e_d0 * __uint_as_float((unsigned int)xh[e_col0] << 16);
+      for (int q = e_beg + 1; q < e_end; ++q)
+        acc += __ldg(edelta + q) * __uint_as_float((unsigned int)xh[__ldg(ecol + q)] << 16);
+    }
+    rows[tid] = acc;
+  }
+  __syncthreads();
+  if (tid < 8) {  // row tid of the tile is gate i, row tid + 8 up i, i = 8 blockIdx.x + tid
+    const float gv = rows[tid], uv = rows[tid + 8];
+    const float hv = gv / (1.f + __expf(-gv)) * uv * wrow;
+    bf16_t out;
+    asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(out) : "f"(hv));
+    h[(size_t)p * I + 8 * blockIdx.x + tid] = out;
+  }
+}
+"""
+)
+
+_P, _I, _F = ctypes.c_void_p, ctypes.c_int, ctypes.c_float
+_PARAMS = (_P, _P, _P, _F, _P, _P, _P, _P, _P, _P, _P, _P, _P, _I, _I, _I, _I)
+
+
+@functools.cache
+def _kernel(device: torch.device, split: int, pdl: bool) -> Kernel:
+    name = f"gate_up_mma<{split}, {str(pdl).lower()}>"
+    return compile_kernels(SOURCE, {name: _PARAMS}, device)[name]
+
+
+def gate_up_mma(
+    x: torch.Tensor,
+    packed: MmaExperts,
+    topk_ids: torch.Tensor,
+    raw_logits: torch.Tensor,
+    norm_weight: torch.Tensor,
+    norm_eps: float,
+    shared_expert_gate: torch.Tensor | None,
+    split: int = 8,
+    out: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """See ``gate_up_mma_reference``: x [1, H] bf16 CUDA -> h [k + 1, I] bf16."""
+    k_top = topk_ids.shape[-1]
+    hidden = x.shape[-1]
+    require(
+        x.shape == (1, hidden) and x.dtype == torch.bfloat16 and x.is_cuda and x.is_contiguous()
+        and topk_ids.dtype == torch.int32 and topk_ids.numel() == k_top and topk_ids.is_contiguous()
+        and raw_logits.dtype == torch.float32 and raw_logits.numel() == k_top and raw_logits.is_contiguous()
+        and norm_weight.shape == (hidden,) and norm_weight.dtype == torch.bfloat16,
+        "gate_up_mma takes one contiguous bf16 token, int32 top-k ids, fp32 raw logits and a bf16 norm weight",
+    )  # fmt: skip
+    require(
+        split in SPLITS and hidden % (128 * split) == 0,
+        f"gate_up_mma: SPLIT {split} does not divide {hidden}",
+    )
+    sg = None
+    if shared_expert_gate is not None:
+        sg = shared_expert_gate.reshape(-1)
+        require(
+            sg.numel() == hidden and sg.is_contiguous(), "gate_up_mma: the shared gate must be [H] contiguous"
+        )
+    inter = packed.inter
+    if out is None:
+        out = torch.empty((k_top + 1, inter), device=x.device, dtype=x.dtype)
+    pdl = pdl_enabled(x)
+    _kernel(x.device, split, pdl).launch(
+        (2 * inter // 16, k_top + 1),
+        32 * split,
+        (out, x, norm_weight, float(norm_eps), topk_ids, raw_logits, sg, *_operands(packed.gate_up),
+         hidden, inter, packed.num_experts, k_top),
+        shared_mem=2 * hidden,
+        pdl=pdl,
+    )  # fmt: skip
+    return out
+
+
+def _operands(p: MmaPackedBF16) -> tuple[torch.Tensor, ...]:
+    return p.low, p.codes, p.base, p.escape_ptr, p.escape_col, p.escape_delta
