@@ -60,6 +60,13 @@ def add_engine_arguments(parser: argparse.ArgumentParser, model_required: bool =
         "12-bit copies decoded into tensor-core operands, 0.75 of the bytes; layers/mma_projections.py)",
     )
     g.add_argument(
+        "--mma-experts",
+        action="store_true",
+        help="also stream the experts' gate_up weights of one-token steps as lossless 12-bit copies through the "
+        "tensor-core kernel (~32 GB more GPU memory for Qwen3.6-35B-A3B; layers/mma_projections.py). "
+        "Experimental: timed alone, not yet in the step on the H200",
+    )
+    g.add_argument(
         "--pack-weights",
         action="store_true",
         help="also keep the bf16 weights that few-token decode steps stream (the in-projections' GEMVs, the "
@@ -98,6 +105,7 @@ def engine_args_from(ns: argparse.Namespace) -> EngineArgs:
         greedy_screen=ns.greedy_screen,
         routed_projections=ns.routed_projections,
         mma_projections=ns.mma_projections,
+        mma_experts=ns.mma_experts,
         pack_weights=ns.pack_weights,
     )
 

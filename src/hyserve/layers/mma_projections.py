@@ -1,5 +1,6 @@
-"""The routed in-projections streamed at one token as fragment-ordered 12-bit copies (an optional feature,
-``--no-mma-projections`` turns it off; ``kernels/mma_gemv`` has the format and the kernel).
+"""The routed in-projections (and, with ``--mma-experts``, the experts' gate_up) streamed at one token as
+fragment-ordered 12-bit copies (optional features: ``--no-mma-projections`` turns the first off;
+``kernels/mma_gemv`` has the format and the GEMV, ``kernels/moe/mma_pairs.py`` the gate_up).
 
 Each MoE decoder layer's in-projection with the router's rows (``RoutedProjections.w_in``: in_proj or qkv, plus
 256 rows) keeps a lossless 12-bit copy in ``mma.m16n8k16`` fragment order, which the one-token step's GEMV
@@ -14,6 +15,7 @@ import torch
 from torch import nn
 
 from hyserve.kernels.mma_gemv import mma_plan, pack_mma
+from hyserve.kernels.moe.mma_pairs import pack_mma_experts
 
 
 def prepare_mma_projections(model: nn.Module) -> int:
@@ -32,4 +34,21 @@ def prepare_mma_projections(model: nn.Module) -> int:
             continue
         routed.w_in_mma = pack_mma(routed.w_in)
         total += routed.w_in_mma.nbytes
+    return total
+
+
+def prepare_mma_experts(model: nn.Module) -> int:
+    """``--mma-experts``: the gate_up weights of every routed MoE block (routed experts and the shared expert) as
+    one fragment-ordered 12-bit copy, which one-token steps stream through ``moe/mma_pairs.py`` (the down kernel
+    keeps the bf16 weights); returns the copies' bytes (~32 GB for Qwen3.6-35B-A3B)."""
+    total = 0
+    for layer in model.model.layers:
+        moe = getattr(layer, "mlp", None)
+        if getattr(moe, "routed", None) is None or moe.experts.gate_up_proj.dtype != torch.bfloat16:
+            continue
+        w, shared = moe.experts.gate_up_proj.data, moe.shared_expert.gate_up_proj.weight.data
+        if shared.shape != w.shape[1:] or w.shape[1] % 16 or w.shape[2] % 1024:
+            continue
+        moe.packed = pack_mma_experts(w, shared)
+        total += moe.packed.nbytes
     return total

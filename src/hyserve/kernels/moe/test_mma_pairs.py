@@ -67,7 +67,9 @@ def test_reference_is_the_moe_math():
         assert rel_err(h[row].float(), want) < 1e-2, row
 
 
-gpu = pytest.mark.skipif(not CUDA, reason="the CUDA kernel runs on the GPU only (the CPU tests check its layout)")
+gpu = pytest.mark.skipif(
+    not CUDA, reason="the CUDA kernel runs on the GPU only (the CPU tests check its layout)"
+)
 
 
 @gpu

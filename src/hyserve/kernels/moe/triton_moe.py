@@ -37,6 +37,7 @@ import torch.nn.functional as F
 
 from hyserve.kernels.activation.reference import silu_and_mul_reference
 from hyserve.kernels.moe.configs import get_plan
+from hyserve.kernels.moe.mma_pairs import MmaExperts, gate_up_mma
 from hyserve.kernels.moe.router import route_and_align_fused, route_topk_fused, router_logits_fused
 from hyserve.kernels.moe.routing import route_and_align, route_topk, small_routing
 from hyserve.kernels.moe.triton_decode import MAX_REDUCE_TOKENS, down_reduce
@@ -87,9 +88,10 @@ def fused_moe_triton(
     norm_eps: float = 0.0,
     residual: torch.Tensor | None = None,
     routing: tuple[torch.Tensor, torch.Tensor] | None = None,
-    packed: PackedExperts | None = None,
+    packed: PackedExperts | MmaExperts | None = None,
 ) -> torch.Tensor:
-    """x [T, H] -> [T, H] in x's dtype. ``packed``: the experts' 12-bit copies (``--pack-weights``), which the
+    """x [T, H] -> [T, H] in x's dtype. ``packed``: the experts' 12-bit copies (``--pack-weights``; or, as
+    ``MmaExperts``, ``--mma-experts``' copy of the gate_up weights for one-token steps with a given routing), which the
     few-token path streams instead where ``configs/packed_pairs.json`` has tiles (bf16, the top-k as ids). ``plan`` overrides the tile plan (tests, tuning). With
     ``norm_weight`` the block's input is ``rms_norm(x)`` (inside the fused router where the plan takes it);
     with ``residual`` [T, H] (contiguous) the output is added to it in the down kernel and it is returned.
@@ -166,9 +168,13 @@ def fused_moe_triton(
             x = rt.normed_x if norm_weight is not None else x
         else:
             ids, weights = route_topk(F.linear(x, gate_weight), top_k, x.dtype)
-        pplan = _packed_plan(packed, x, fuse_shared) if not kw else None
+        mma = packed if isinstance(packed, MmaExperts) else None
+        pplan = _packed_plan(packed, x, fuse_shared) if not kw and mma is None else None
         args = (x, w_gate_up, sgu, sg, ids, weights, plan["gate_up"])
-        if pplan is not None:
+        if mma is not None and routing is not None and T == 1 and fuse_shared and x.dtype == torch.bfloat16:
+            # one token on the tensor-core gate_up over the experts' 12-bit copy; the bf16 down kernel after it
+            h = gate_up_mma(x, mma, ids, weights, routed_norm["norm_weight"], routed_norm["norm_eps"], sg)
+        elif pplan is not None:
             h = gate_up_pairs_packed(x, packed.gate_up, packed.inter, packed.shared_gate_up, sg, ids, weights,
                                      pplan["gate_up"], **routed_norm)  # fmt: skip
             res = down_pairs_packed(
