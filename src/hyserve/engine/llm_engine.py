@@ -145,26 +145,14 @@ class LLMEngine:
         if self.device.type == "cuda" and args.routed_projections and not args.enforce_eager:
             nbytes = prepare_routed_projections(self.model)
             log.info("router rows in the mixers' projections: %.2f GB", nbytes / 1e9)
-        if (
-            self.device.type == "cuda"
-            and args.routed_projections
-            and args.mma_projections
-            and not args.enforce_eager
-        ):
-            from hyserve.layers.mma_projections import prepare_mma_projections
+            from hyserve.layers import mma_projections
 
-            nbytes = prepare_mma_projections(self.model)
-            log.info("12-bit tensor-core copies of the routed in-projections: %.2f GB", nbytes / 1e9)
-        if (
-            self.device.type == "cuda"
-            and args.routed_projections
-            and args.mma_experts
-            and not args.enforce_eager
-        ):
-            from hyserve.layers.mma_projections import prepare_mma_experts
-
-            nbytes = prepare_mma_experts(self.model)
-            log.info("12-bit tensor-core copies of the experts' gate_up: %.2f GB", nbytes / 1e9)
+            if args.mma_projections:
+                nbytes = mma_projections.prepare_mma_projections(self.model)
+                log.info("12-bit tensor-core copies of the routed in-projections: %.2f GB", nbytes / 1e9)
+            if args.mma_experts:
+                nbytes = mma_projections.prepare_mma_experts(self.model)
+                log.info("12-bit tensor-core copies of the experts' gate_up: %.2f GB", nbytes / 1e9)
         if self.device.type == "cuda" and args.pack_weights and not args.enforce_eager:
             nbytes = prepare_packed_weights(self.model)
             log.info("12-bit copies of the few-token steps' weights: %.2f GB", nbytes / 1e9)

@@ -80,6 +80,138 @@ __device__ __forceinline__ uint4 normalise8(uint4 v, uint4 gv, float rstd) {
   return make_uint4(o[0], o[1], o[2], o[3]);
 }
 
+
+// x [K] into shared memory as the B operand: rms_norm(x) (rms_norm_reference's math and rounding; every CTA sums
+// the same squares in the same order) when NORM, else x as it is (L2-coherent loads: the previous kernel wrote x)
+template <int SPLIT>
+__device__ __forceinline__ void load_x(uint4* xs, const bf16_t* x, const bf16_t* nw, bool norm, float eps, int K,
+                                       float* red, int tid, int warp, int lane) {
+  const uint4* x4 = reinterpret_cast<const uint4*>(x);
+  if (!norm) {
+    for (int i = tid; i < (K >> 3); i += 32 * SPLIT) xs[i] = __ldcg(x4 + i);
+    return;
+  }
+  float ss = 0.f;
+  for (int i = tid; i < (K >> 3); i += 32 * SPLIT) {
+    const uint4 v = __ldcg(x4 + i);
+    ss += sumsq8(v);
+    xs[i] = v;
+  }
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xFFFFFFFFu, ss, o);
+  if (lane == 0) red[warp] = ss;
+  __syncthreads();
+  float total = 0.f;
+#pragma unroll
+  for (int w = 0; w < SPLIT; ++w) total += red[w];
+  const float rstd = rsqrtf(total / (float)K + eps);
+  const uint4* g4 = reinterpret_cast<const uint4*>(nw);
+  for (int i = tid; i < (K >> 3); i += 32 * SPLIT) xs[i] = normalise8(xs[i], __ldg(g4 + i), rstd);
+}
+
+// One warp's share of a 16-row tile: its chunks of 8 k16 steps (4 low-byte words of 2 steps, 2 code words of 4
+// steps a thread), the rows' windows, and for threads 0-15 their row's escapes
+struct TileStream {
+  const uint4* lp;
+  const uint4* cp;
+  uint4 lo[4], cd[2];
+  unsigned int base4;
+  int s0, nch, e_beg, e_end, e_col0;
+  float e_d0;
+
+  // the first chunk, the windows and the escape ranges: weights only, so before the PDL wait
+  __device__ __forceinline__ void begin(const uint4* low, const uint4* codes, const int* base, const int* eptr,
+                                        int tile, int K, int split, int warp, int lane, int tid) {
+    const int S = K >> 4, g = lane >> 2, r0 = tile * 16;
+    s0 = warp * (S / split);
+    nch = (S / split) >> 3;
+    lp = low + ((size_t)tile * (S >> 1) + (s0 >> 1)) * 32 + lane;
+    cp = codes + ((size_t)tile * (S >> 2) + (s0 >> 2)) * 32 + lane;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) lo[i] = __ldg(lp + i * 32);
+#pragma unroll
+    for (int i = 0; i < 2; ++i) cd[i] = __ldg(cp + i * 32);
+    const unsigned int bg = (unsigned int)__ldg(base + r0 + g), bg8 = (unsigned int)__ldg(base + r0 + g + 8);
+    base4 = bg | (bg << 8) | (bg8 << 16) | (bg8 << 24);
+    e_beg = e_end = e_col0 = 0;
+    e_d0 = 0.f;
+    if (tid < 16) {
+      e_beg = __ldg(eptr + r0 + tid);
+      e_end = __ldg(eptr + r0 + tid + 1);
+    }
+  }
+
+  // each row's first escape, so that only rows with several wait on a load at the end
+  __device__ __forceinline__ void first_escape(const int* ecol, const float* edelta) {
+    if (e_beg < e_end) {
+      e_col0 = __ldg(ecol + e_beg);
+      e_d0 = __ldg(edelta + e_beg);
+    }
+  }
+
+  // c += the tile's rows times x2 (bf16 pairs in shared memory) over the warp's steps, a chunk in flight
+  __device__ __forceinline__ void run(float (&c)[4], const unsigned int* x2, int t) {
+#pragma unroll 1
+    for (int ch = 0; ch < nch; ++ch) {
+      uint4 lo_n[4], cd_n[2];
+      if (ch + 1 < nch) {
+        lp += 4 * 32;
+        cp += 2 * 32;
+#pragma unroll
+        for (int i = 0; i < 4; ++i) lo_n[i] = __ldg(lp + i * 32);
+#pragma unroll
+        for (int i = 0; i < 2; ++i) cd_n[i] = __ldg(cp + i * 32);
+      }
+      const int xb = (s0 + ch * 8) * 8;  // the chunk's first bf16 pair of x
+#pragma unroll
+      for (int i = 0; i < 8; ++i) {
+        const uint4 v = lo[i >> 1];
+        const uint4 cw = cd[i >> 2];
+        const unsigned int w = (i & 3) == 0 ? cw.x : (i & 3) == 1 ? cw.y : (i & 3) == 2 ? cw.z : cw.w;
+        unsigned int a0, a1, a2, a3;
+        decode8((i & 1) ? v.z : v.x, (i & 1) ? v.w : v.y, w, base4, a0, a1, a2, a3);
+        mma_bf16(c, a0, a1, a2, a3, x2[xb + i * 8 + t], x2[xb + i * 8 + t + 4]);
+      }
+#pragma unroll
+      for (int i = 0; i < 4; ++i) lo[i] = lo_n[i];
+#pragma unroll
+      for (int i = 0; i < 2; ++i) cd[i] = cd_n[i];
+    }
+  }
+
+  // thread tid < 16: row tid's sum over the SPLIT warps (C column 0, warp order) plus its escapes' corrections
+  template <int SPLIT>
+  __device__ __forceinline__ float row_sum(const float (&c)[4], float (*part)[16], const bf16_t* xh, const int* ecol,
+                                           const float* edelta, int warp, int lane, int tid) {
+    if ((lane & 3) == 0) {
+      part[warp][lane >> 2] = c[0];
+      part[warp][(lane >> 2) + 8] = c[2];
+    }
+    __syncthreads();
+    float acc = 0.f;
+    if (tid < 16) {
+#pragma unroll
+      for (int w = 0; w < SPLIT; ++w) acc += part[w][tid];
+      if (e_beg < e_end) {
+        acc += e_d0 * __uint_as_float((unsigned int)xh[e_col0] << 16);
+        for (int e = e_beg + 1; e < e_end; ++e)
+          acc += __ldg(edelta + e) * __uint_as_float((unsigned int)xh[__ldg(ecol + e)] << 16);
+      }
+    }
+    return acc;
+  }
+};
+
+__device__ __forceinline__ void pdl_wait() {
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+  asm volatile("griddepcontrol.launch_dependents;" :::);
+}
+
+__device__ __forceinline__ bf16_t to_bf16(float v) {
+  bf16_t out;
+  asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(out) : "f"(v));
+  return out;
+}
 """
 
 SOURCE = (
@@ -93,101 +225,17 @@ __global__ void __launch_bounds__(32 * SPLIT) gemv_mma(
   extern __shared__ uint4 xs[];  // [K / 8]: the B operand (x, normalised in a norm tile), bf16
   __shared__ float part[SPLIT][16];
   __shared__ float red[SPLIT];
-  const int tile = blockIdx.x, tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
-  const int S = K >> 4, SW = S / SPLIT, s0 = warp * SW, nch = SW >> 3, r0 = tile * 16;
-  const uint4* lp = low + ((size_t)tile * (S >> 1) + (s0 >> 1)) * 32 + lane;
-  const uint4* cp = codes + ((size_t)tile * (S >> 2) + (s0 >> 2)) * 32 + lane;
-  uint4 lo[4], cd[2];
-#pragma unroll
-  for (int i = 0; i < 4; ++i) lo[i] = __ldg(lp + i * 32);
-#pragma unroll
-  for (int i = 0; i < 2; ++i) cd[i] = __ldg(cp + i * 32);
-  const unsigned int bg = (unsigned int)__ldg(base + r0 + g), bg8 = (unsigned int)__ldg(base + r0 + g + 8);
-  const unsigned int base4 = bg | (bg << 8) | (bg8 << 16) | (bg8 << 24);
-  int e_beg = 0, e_end = 0;
-  if (tid < 16) {
-    e_beg = __ldg(eptr + r0 + tid);
-    e_end = __ldg(eptr + r0 + tid + 1);
-  }
-  if (PDL) {
-    asm volatile("griddepcontrol.wait;" ::: "memory");
-    asm volatile("griddepcontrol.launch_dependents;" :::);
-  }
-  const uint4* x4 = reinterpret_cast<const uint4*>(x);
-  if (NORM && r0 < raw_from) {
-    float ss = 0.f;
-    for (int i = tid; i < (K >> 3); i += 32 * SPLIT) {
-      const uint4 v = __ldcg(x4 + i);
-      ss += sumsq8(v);
-      xs[i] = v;
-    }
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xFFFFFFFFu, ss, o);
-    if (lane == 0) red[warp] = ss;
-    __syncthreads();
-    float total = 0.f;
-#pragma unroll
-    for (int w = 0; w < SPLIT; ++w) total += red[w];
-    const float rstd = rsqrtf(total / (float)K + eps);
-    const uint4* g4 = reinterpret_cast<const uint4*>(nw);
-    for (int i = tid; i < (K >> 3); i += 32 * SPLIT) xs[i] = normalise8(xs[i], __ldg(g4 + i), rstd);
-  } else {
-    for (int i = tid; i < (K >> 3); i += 32 * SPLIT) xs[i] = __ldcg(x4 + i);
-  }
-  int e_col0 = 0;
-  float e_d0 = 0.f;
-  if (e_beg < e_end) {
-    e_col0 = __ldg(ecol + e_beg);
-    e_d0 = __ldg(edelta + e_beg);
-  }
+  const int tile = blockIdx.x, tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+  TileStream ts;
+  ts.begin(low, codes, base, eptr, tile, K, SPLIT, warp, lane, tid);
+  if (PDL) pdl_wait();
+  load_x<SPLIT>(xs, x, nw, NORM && tile * 16 < raw_from, eps, K, red, tid, warp, lane);
+  ts.first_escape(ecol, edelta);
   __syncthreads();
-  const unsigned int* x2 = reinterpret_cast<const unsigned int*>(xs);
   float c[4] = {0.f, 0.f, 0.f, 0.f};
-#pragma unroll 1
-  for (int ch = 0; ch < nch; ++ch) {
-    uint4 lo_n[4], cd_n[2];
-    if (ch + 1 < nch) {
-      lp += 4 * 32;
-      cp += 2 * 32;
-#pragma unroll
-      for (int i = 0; i < 4; ++i) lo_n[i] = __ldg(lp + i * 32);
-#pragma unroll
-      for (int i = 0; i < 2; ++i) cd_n[i] = __ldg(cp + i * 32);
-    }
-    const int xb = (s0 + ch * 8) * 8;  // the chunk's first bf16 pair of x
-#pragma unroll
-    for (int i = 0; i < 8; ++i) {
-      const uint4 v = lo[i >> 1];
-      const uint4 cw = cd[i >> 2];
-      const unsigned int w = (i & 3) == 0 ? cw.x : (i & 3) == 1 ? cw.y : (i & 3) == 2 ? cw.z : cw.w;
-      unsigned int a0, a1, a2, a3;
-      decode8((i & 1) ? v.z : v.x, (i & 1) ? v.w : v.y, w, base4, a0, a1, a2, a3);
-      mma_bf16(c, a0, a1, a2, a3, x2[xb + i * 8 + t], x2[xb + i * 8 + t + 4]);
-    }
-#pragma unroll
-    for (int i = 0; i < 4; ++i) lo[i] = lo_n[i];
-#pragma unroll
-    for (int i = 0; i < 2; ++i) cd[i] = cd_n[i];
-  }
-  if (t == 0) {  // C column 0: rows g and g + 8 of the tile
-    part[warp][g] = c[0];
-    part[warp][g + 8] = c[2];
-  }
-  __syncthreads();
-  if (tid < 16) {
-    float acc = 0.f;
-#pragma unroll
-    for (int w = 0; w < SPLIT; ++w) acc += part[w][tid];
-    const bf16_t* xh = reinterpret_cast<const bf16_t*>(xs);
-    if (e_beg < e_end) {
-      acc += e_d0 * __uint_as_float((unsigned int)xh[e_col0] << 16);
-      for (int e = e_beg + 1; e < e_end; ++e)
-        acc += __ldg(edelta + e) * __uint_as_float((unsigned int)xh[__ldg(ecol + e)] << 16);
-    }
-    bf16_t out;
-    asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(out) : "f"(acc));
-    y[r0 + tid] = out;
-  }
+  ts.run(c, reinterpret_cast<const unsigned int*>(xs), lane & 3);
+  const float acc = ts.row_sum<SPLIT>(c, part, reinterpret_cast<const bf16_t*>(xs), ecol, edelta, warp, lane, tid);
+  if (tid < 16) y[tile * 16 + tid] = to_bf16(acc);
 }
 """
 )

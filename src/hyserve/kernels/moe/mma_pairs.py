@@ -141,55 +141,30 @@ __global__ void __launch_bounds__(32 * SPLIT) gate_up_mma(
   __shared__ float red[SPLIT];
   __shared__ float red2[SPLIT];
   __shared__ float rows[16];
-  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const int p = blockIdx.y, shared = p == k_top;
-  const int S = K >> 4, SW = S / SPLIT, s0 = warp * SW, nch = SW >> 3;
   int e = E;
   if (!shared) {  // the routing's ids: written by the previous kernel
-    if (PDL) {
-      asm volatile("griddepcontrol.wait;" ::: "memory");
-      asm volatile("griddepcontrol.launch_dependents;" :::);
-    }
+    if (PDL) pdl_wait();
     e = __ldcg(ids + p);
   }
-  const int tile = e * ((2 * I) >> 4) + blockIdx.x, r0 = tile * 16;
-  const uint4* lp = low + ((size_t)tile * (S >> 1) + (s0 >> 1)) * 32 + lane;
-  const uint4* cp = codes + ((size_t)tile * (S >> 2) + (s0 >> 2)) * 32 + lane;
-  uint4 lo[4], cd[2];
+  TileStream ts;
+  ts.begin(low, codes, base, eptr, e * ((2 * I) >> 4) + blockIdx.x, K, SPLIT, warp, lane, tid);
+  if (PDL && shared) pdl_wait();
+  load_x<SPLIT>(xs, x, nw, true, eps, K, red, tid, warp, lane);
+  // rstd again from the normed block's own sum (load_x keeps it in red[])
+  float total = 0.f;
 #pragma unroll
-  for (int i = 0; i < 4; ++i) lo[i] = __ldg(lp + i * 32);
-#pragma unroll
-  for (int i = 0; i < 2; ++i) cd[i] = __ldg(cp + i * 32);
-  const unsigned int bg = (unsigned int)__ldg(base + r0 + g), bg8 = (unsigned int)__ldg(base + r0 + g + 8);
-  const unsigned int base4 = bg | (bg << 8) | (bg8 << 16) | (bg8 << 24);
-  int e_beg = 0, e_end = 0;
-  if (tid < 16) {
-    e_beg = __ldg(eptr + r0 + tid);
-    e_end = __ldg(eptr + r0 + tid + 1);
-  }
-  if (PDL && shared) {
-    asm volatile("griddepcontrol.wait;" ::: "memory");
-    asm volatile("griddepcontrol.launch_dependents;" :::);
-  }
-  const uint4* x4 = reinterpret_cast<const uint4*>(x);
-  float ss = 0.f;
-  for (int i = tid; i < (K >> 3); i += 32 * SPLIT) {
-    const uint4 v = __ldcg(x4 + i);
-    ss += sumsq8(v);
-    xs[i] = v;
-  }
-  const float rstd = 1.f / sqrtf(block_sum(ss, red, warp, lane, SPLIT) / (float)K + eps);
-  const uint4* g4 = reinterpret_cast<const uint4*>(nw);
-  const uint4* s4 = reinterpret_cast<const uint4*>(sgate);
-  float gate_dot = 0.f;
-  for (int i = tid; i < (K >> 3); i += 32 * SPLIT) {
-    const uint4 v = normalise8(xs[i], __ldg(g4 + i), rstd);
-    xs[i] = v;
-    if (shared && sgate) gate_dot += dot8(v, __ldg(s4 + i));
-  }
+  for (int w = 0; w < SPLIT; ++w) total += red[w];
+  const float rstd = rsqrtf(total / (float)K + eps);
   float wrow = 1.f;
   if (shared) {
-    if (sgate) wrow = 1.f / (1.f + __expf(-block_sum(gate_dot, red2, warp, lane, SPLIT)));
+    if (sgate) {
+      const uint4* s4 = reinterpret_cast<const uint4*>(sgate);
+      float dot = 0.f;
+      for (int i = tid; i < (K >> 3); i += 32 * SPLIT) dot += dot8(xs[i], __ldg(s4 + i));
+      wrow = 1.f / (1.f + __expf(-block_sum(dot, red2, warp, lane, SPLIT)));
+    }
   } else {  // softmax of the top-k logits scaled by rstd, each rounded through bf16 like the router's output
     float mx = __int_as_float(0xff800000), num = 0.f, den = 0.f;
     for (int q = 0; q < k_top; ++q) mx = fmaxf(mx, bf16_lo(pack_bf16x2(__ldcg(raw + q) * rstd, 0.f)));
@@ -200,65 +175,16 @@ __global__ void __launch_bounds__(32 * SPLIT) gate_up_mma(
     }
     wrow = bf16_lo(pack_bf16x2(num / den, 0.f));
   }
-  int e_col0 = 0;
-  float e_d0 = 0.f;
-  if (e_beg < e_end) {
-    e_col0 = __ldg(ecol + e_beg);
-    e_d0 = __ldg(edelta + e_beg);
-  }
+  ts.first_escape(ecol, edelta);
   __syncthreads();
-  const unsigned int* x2 = reinterpret_cast<const unsigned int*>(xs);
   float c[4] = {0.f, 0.f, 0.f, 0.f};
-#pragma unroll 1
-  for (int ch = 0; ch < nch; ++ch) {
-    uint4 lo_n[4], cd_n[2];
-    if (ch + 1 < nch) {
-      lp += 4 * 32;
-      cp += 2 * 32;
-#pragma unroll
-      for (int i = 0; i < 4; ++i) lo_n[i] = __ldg(lp + i * 32);
-#pragma unroll
-      for (int i = 0; i < 2; ++i) cd_n[i] = __ldg(cp + i * 32);
-    }
-    const int xb = (s0 + ch * 8) * 8;
-#pragma unroll
-    for (int i = 0; i < 8; ++i) {
-      const uint4 v = lo[i >> 1];
-      const uint4 cw = cd[i >> 2];
-      const unsigned int w = (i & 3) == 0 ? cw.x : (i & 3) == 1 ? cw.y : (i & 3) == 2 ? cw.z : cw.w;
-      unsigned int a0, a1, a2, a3;
-      decode8((i & 1) ? v.z : v.x, (i & 1) ? v.w : v.y, w, base4, a0, a1, a2, a3);
-      mma_bf16(c, a0, a1, a2, a3, x2[xb + i * 8 + t], x2[xb + i * 8 + t + 4]);
-    }
-#pragma unroll
-    for (int i = 0; i < 4; ++i) lo[i] = lo_n[i];
-#pragma unroll
-    for (int i = 0; i < 2; ++i) cd[i] = cd_n[i];
-  }
-  if (t == 0) {
-    part[warp][g] = c[0];
-    part[warp][g + 8] = c[2];
-  }
-  __syncthreads();
-  if (tid < 16) {
-    float acc = 0.f;
-#pragma unroll
-    for (int w = 0; w < SPLIT; ++w) acc += part[w][tid];
-    const bf16_t* xh = reinterpret_cast<const bf16_t*>(xs);
-    if (e_beg < e_end) {
-      acc += e_d0 * __uint_as_float((unsigned int)xh[e_col0] << 16);
-      for (int q = e_beg + 1; q < e_end; ++q)
-        acc += __ldg(edelta + q) * __uint_as_float((unsigned int)xh[__ldg(ecol + q)] << 16);
-    }
-    rows[tid] = acc;
-  }
+  ts.run(c, reinterpret_cast<const unsigned int*>(xs), lane & 3);
+  const float acc = ts.row_sum<SPLIT>(c, part, reinterpret_cast<const bf16_t*>(xs), ecol, edelta, warp, lane, tid);
+  if (tid < 16) rows[tid] = acc;
   __syncthreads();
   if (tid < 8) {  // row tid of the tile is gate i, row tid + 8 up i, i = 8 blockIdx.x + tid
     const float gv = rows[tid], uv = rows[tid + 8];
-    const float hv = gv / (1.f + __expf(-gv)) * uv * wrow;
-    bf16_t out;
-    asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(out) : "f"(hv));
-    h[(size_t)p * I + 8 * blockIdx.x + tid] = out;
+    h[(size_t)p * I + 8 * blockIdx.x + tid] = to_bf16(gv / (1.f + __expf(-gv)) * uv * wrow);
   }
 }
 """
