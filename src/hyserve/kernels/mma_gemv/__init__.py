@@ -9,9 +9,7 @@ decodes each thread's weights straight into its A registers in a hand-written CU
 compiled at run time by NVRTC), ~2.5 instructions an element.
 
 Ops: ``pack_mma`` (at load), ``gemv_mma`` (x [1, K] bf16 on CUDA; the contract of ``gemv_mma_reference``).
-Its plans (``configs/mma_gemv.json``, per weight shape: ``SPLIT``, the warps a 16-row tile's K is split over;
-options ``PRELOAD``, two chunks a warp requested before the PDL wait, and ``MINB``, the launch bounds' CTAs an SM,
-0 for none)
+Its plans (``configs/mma_gemv.json``, per weight shape: ``SPLIT``, the warps a 16-row tile's K is split over)
 come from ``python -m hyserve.kernels.mma_gemv.bench --write`` on the GPU; a shape without a plan takes the
 table's ``default``.
 """
@@ -81,7 +79,7 @@ def gemv_mma(
     if out is None:
         out = torch.empty((1, n), device=x.device, dtype=x.dtype)
     pdl = pdl_enabled(x)
-    kernel(x.device, split, norm_weight is not None, pdl, bool(plan.get("PRELOAD")), int(plan.get("MINB", 0))).launch(
+    kernel(x.device, split, norm_weight is not None, pdl).launch(
         n // 16,
         32 * split,
         (out, x, norm_weight, float(norm_eps), raw, packed.low, packed.codes, packed.base, packed.escape_ptr,

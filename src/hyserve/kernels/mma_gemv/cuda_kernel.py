@@ -110,27 +110,16 @@ __device__ __forceinline__ void load_x(uint4* xs, const bf16_t* x, const bf16_t*
 }
 
 // One warp's share of a 16-row tile: its chunks of 8 k16 steps (4 low-byte words of 2 steps, 2 code words of 4
-// steps a thread), the rows' windows, and for threads 0-15 their row's escapes. PRELOAD: the first two chunks are
-// requested before the PDL wait (two buffers, each refilled two chunks ahead), else one (the next chunk's loads
-// issued before each chunk's multiplies)
-template <bool PRELOAD>
+// steps a thread), the rows' windows, and for threads 0-15 their row's escapes
 struct TileStream {
   const uint4* lp;
   const uint4* cp;
-  uint4 lo[4], cd[2], lo2[4], cd2[2];
+  uint4 lo[4], cd[2];
   unsigned int base4;
   int s0, nch, e_beg, e_end, e_col0;
   float e_d0;
 
-  // the words of the chunk `ahead` chunks past the one lp / cp point at
-  __device__ __forceinline__ void load(uint4 (&l)[4], uint4 (&c)[2], int ahead) const {
-#pragma unroll
-    for (int i = 0; i < 4; ++i) l[i] = __ldg(lp + (ahead * 4 + i) * 32);
-#pragma unroll
-    for (int i = 0; i < 2; ++i) c[i] = __ldg(cp + (ahead * 2 + i) * 32);
-  }
-
-  // the first chunk(s), the windows and the escape ranges: weights only, so before the PDL wait
+  // the first chunk, the windows and the escape ranges: weights only, so before the PDL wait
   __device__ __forceinline__ void begin(const uint4* low, const uint4* codes, const int* base, const int* eptr,
                                         int tile, int K, int split, int warp, int lane, int tid) {
     const int S = K >> 4, g = lane >> 2, r0 = tile * 16;
@@ -138,8 +127,10 @@ struct TileStream {
     nch = (S / split) >> 3;
     lp = low + ((size_t)tile * (S >> 1) + (s0 >> 1)) * 32 + lane;
     cp = codes + ((size_t)tile * (S >> 2) + (s0 >> 2)) * 32 + lane;
-    load(lo, cd, 0);
-    if (PRELOAD && nch > 1) load(lo2, cd2, 1);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) lo[i] = __ldg(lp + i * 32);
+#pragma unroll
+    for (int i = 0; i < 2; ++i) cd[i] = __ldg(cp + i * 32);
     const unsigned int bg = (unsigned int)__ldg(base + r0 + g), bg8 = (unsigned int)__ldg(base + r0 + g + 8);
     base4 = bg | (bg << 8) | (bg8 << 16) | (bg8 << 24);
     e_beg = e_end = e_col0 = 0;
@@ -158,49 +149,33 @@ struct TileStream {
     }
   }
 
-  // c += chunk `chunk`'s 8 steps (its words in l, c8) times x2 (bf16 pairs in shared memory)
-  __device__ __forceinline__ void multiply(float (&c)[4], const uint4 (&l)[4], const uint4 (&c8)[2],
-                                           const unsigned int* x2, int chunk, int t) const {
-    const int xb = (s0 + chunk * 8) * 8;  // the chunk's first bf16 pair of x
-#pragma unroll
-    for (int i = 0; i < 8; ++i) {
-      const uint4 v = l[i >> 1];
-      const uint4 cw = c8[i >> 2];
-      const unsigned int w = (i & 3) == 0 ? cw.x : (i & 3) == 1 ? cw.y : (i & 3) == 2 ? cw.z : cw.w;
-      unsigned int a0, a1, a2, a3;
-      decode8((i & 1) ? v.z : v.x, (i & 1) ? v.w : v.y, w, base4, a0, a1, a2, a3);
-      mma_bf16(c, a0, a1, a2, a3, x2[xb + i * 8 + t], x2[xb + i * 8 + t + 4]);
-    }
-  }
-
-  // c += the tile's rows times x2 over the warp's chunks (lp / cp step a chunk at a time)
+  // c += the tile's rows times x2 (bf16 pairs in shared memory) over the warp's steps, a chunk in flight
   __device__ __forceinline__ void run(float (&c)[4], const unsigned int* x2, int t) {
-    if (PRELOAD) {
 #pragma unroll 1
-      for (int ch = 0; ch < nch; ch += 2) {
-        multiply(c, lo, cd, x2, ch, t);
-        if (ch + 2 < nch) load(lo, cd, 2);
-        if (ch + 1 < nch) {
-          multiply(c, lo2, cd2, x2, ch + 1, t);
-          if (ch + 3 < nch) load(lo2, cd2, 3);
-        }
-        lp += 8 * 32;
-        cp += 4 * 32;
-      }
-    } else {
-#pragma unroll 1
-      for (int ch = 0; ch < nch; ++ch) {
-        if (ch + 1 < nch) {
-          lp += 4 * 32;
-          cp += 2 * 32;
-          load(lo2, cd2, 0);
-        }
-        multiply(c, lo, cd, x2, ch, t);
+    for (int ch = 0; ch < nch; ++ch) {
+      uint4 lo_n[4], cd_n[2];
+      if (ch + 1 < nch) {
+        lp += 4 * 32;
+        cp += 2 * 32;
 #pragma unroll
-        for (int i = 0; i < 4; ++i) lo[i] = lo2[i];
+        for (int i = 0; i < 4; ++i) lo_n[i] = __ldg(lp + i * 32);
 #pragma unroll
-        for (int i = 0; i < 2; ++i) cd[i] = cd2[i];
+        for (int i = 0; i < 2; ++i) cd_n[i] = __ldg(cp + i * 32);
       }
+      const int xb = (s0 + ch * 8) * 8;  // the chunk's first bf16 pair of x
+#pragma unroll
+      for (int i = 0; i < 8; ++i) {
+        const uint4 v = lo[i >> 1];
+        const uint4 cw = cd[i >> 2];
+        const unsigned int w = (i & 3) == 0 ? cw.x : (i & 3) == 1 ? cw.y : (i & 3) == 2 ? cw.z : cw.w;
+        unsigned int a0, a1, a2, a3;
+        decode8((i & 1) ? v.z : v.x, (i & 1) ? v.w : v.y, w, base4, a0, a1, a2, a3);
+        mma_bf16(c, a0, a1, a2, a3, x2[xb + i * 8 + t], x2[xb + i * 8 + t + 4]);
+      }
+#pragma unroll
+      for (int i = 0; i < 4; ++i) lo[i] = lo_n[i];
+#pragma unroll
+      for (int i = 0; i < 2; ++i) cd[i] = cd_n[i];
     }
   }
 
@@ -242,8 +217,8 @@ __device__ __forceinline__ bf16_t to_bf16(float v) {
 SOURCE = (
     HELPERS
     + r"""
-template <int SPLIT, bool NORM, bool PDL, bool PRELOAD, int MINB>
-__global__ void __launch_bounds__(32 * SPLIT, MINB) gemv_mma(
+template <int SPLIT, bool NORM, bool PDL>
+__global__ void __launch_bounds__(32 * SPLIT) gemv_mma(
     bf16_t* __restrict__ y, const bf16_t* __restrict__ x, const bf16_t* __restrict__ nw, float eps, int raw_from,
     const uint4* __restrict__ low, const uint4* __restrict__ codes, const int* __restrict__ base,
     const int* __restrict__ eptr, const int* __restrict__ ecol, const float* __restrict__ edelta, int K) {
@@ -251,7 +226,7 @@ __global__ void __launch_bounds__(32 * SPLIT, MINB) gemv_mma(
   __shared__ float part[SPLIT][16];
   __shared__ float red[SPLIT];
   const int tile = blockIdx.x, tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
-  TileStream<PRELOAD> ts;
+  TileStream ts;
   ts.begin(low, codes, base, eptr, tile, K, SPLIT, warp, lane, tid);
   if (PDL) pdl_wait();
   load_x<SPLIT>(xs, x, nw, NORM && tile * 16 < raw_from, eps, K, red, tid, warp, lane);
@@ -259,7 +234,7 @@ __global__ void __launch_bounds__(32 * SPLIT, MINB) gemv_mma(
   __syncthreads();
   float c[4] = {0.f, 0.f, 0.f, 0.f};
   ts.run(c, reinterpret_cast<const unsigned int*>(xs), lane & 3);
-  const float acc = ts.template row_sum<SPLIT>(c, part, reinterpret_cast<const bf16_t*>(xs), ecol, edelta, warp, lane, tid);
+  const float acc = ts.row_sum<SPLIT>(c, part, reinterpret_cast<const bf16_t*>(xs), ecol, edelta, warp, lane, tid);
   if (tid < 16) y[tile * 16 + tid] = to_bf16(acc);
 }
 """
@@ -271,11 +246,7 @@ SPLITS = (2, 4, 8, 16)
 
 
 @functools.cache
-def kernel(
-    device: torch.device, split: int, norm: bool, pdl: bool, preload: bool = False, min_blocks: int = 1
-) -> Kernel:
-    """The compiled ``gemv_mma<split, norm, pdl, preload, min_blocks>`` for ``device`` (once per process;
-    ``min_blocks`` 0: no minimum in the launch bounds, ptxas's own register choice)."""
-    b = {True: "true", False: "false"}
-    name = f"gemv_mma<{split}, {b[norm]}, {b[pdl]}, {b[preload]}, {min_blocks}>"
+def kernel(device: torch.device, split: int, norm: bool, pdl: bool) -> Kernel:
+    """The compiled ``gemv_mma<split, norm, pdl>`` for ``device`` (once per process)."""
+    name = f"gemv_mma<{split}, {str(norm).lower()}, {str(pdl).lower()}>"
     return compile_kernels(SOURCE, {name: _PARAMS}, device)[name]

@@ -284,15 +284,11 @@ def mma_times(top_k: int = 8) -> list[dict]:
         return gate_up_pairs(x, lay["w_gate_up"], lay["shared_gate_up"], lay["shared_expert_gate"], ids[i], raw,
                              plan, norm_weight=nw, norm_eps=1e-6)  # fmt: skip
 
-    def mma(i: int, split: int, preload: bool) -> torch.Tensor:
-        return gate_up_mma(x, packs[i], ids[i], raw, nw, 1e-6, layers[i]["shared_expert_gate"], split=split,
-                           preload=preload)  # fmt: skip
+    def mma(i: int, split: int) -> torch.Tensor:
+        return gate_up_mma(x, packs[i], ids[i], raw, nw, 1e-6, layers[i]["shared_expert_gate"], split=split)
 
     variants = [("triton plan", triton)] + [
-        (f"mma SPLIT {sp}{' PRELOAD' * pre}", lambda i, sp=sp, pre=pre: mma(i, sp, pre))
-        for sp in (2, 4, 8)
-        for pre in (False, True)
-        if H % (128 * sp) == 0
+        (f"mma SPLIT {sp}", lambda i, sp=sp: mma(i, sp)) for sp in (2, 4, 8) if H % (128 * sp) == 0
     ]
     for name, fn in variants:
         err = rel_err(fn(0).float(), ref.float())

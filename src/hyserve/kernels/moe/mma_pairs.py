@@ -129,8 +129,8 @@ __device__ __forceinline__ float block_sum(float v, float* red, int warp, int la
 }
 
 // grid (2I / 16 tiles, k + 1 pairs); pair k is the shared expert (expert E of the packed matrix)
-template <int SPLIT, bool PDL, bool PRELOAD, int MINB>
-__global__ void __launch_bounds__(32 * SPLIT, MINB) gate_up_mma(
+template <int SPLIT, bool PDL>
+__global__ void __launch_bounds__(32 * SPLIT) gate_up_mma(
     bf16_t* __restrict__ h, const bf16_t* __restrict__ x, const bf16_t* __restrict__ nw, float eps,
     const int* __restrict__ ids, const float* __restrict__ raw, const bf16_t* __restrict__ sgate,
     const uint4* __restrict__ low, const uint4* __restrict__ codes, const int* __restrict__ base,
@@ -148,7 +148,7 @@ __global__ void __launch_bounds__(32 * SPLIT, MINB) gate_up_mma(
     if (PDL) pdl_wait();
     e = __ldcg(ids + p);
   }
-  TileStream<PRELOAD> ts;
+  TileStream ts;
   ts.begin(low, codes, base, eptr, e * ((2 * I) >> 4) + blockIdx.x, K, SPLIT, warp, lane, tid);
   if (PDL && shared) pdl_wait();
   load_x<SPLIT>(xs, x, nw, true, eps, K, red, tid, warp, lane);
@@ -179,7 +179,7 @@ __global__ void __launch_bounds__(32 * SPLIT, MINB) gate_up_mma(
   __syncthreads();
   float c[4] = {0.f, 0.f, 0.f, 0.f};
   ts.run(c, reinterpret_cast<const unsigned int*>(xs), lane & 3);
-  const float acc = ts.template row_sum<SPLIT>(c, part, reinterpret_cast<const bf16_t*>(xs), ecol, edelta, warp, lane, tid);
+  const float acc = ts.row_sum<SPLIT>(c, part, reinterpret_cast<const bf16_t*>(xs), ecol, edelta, warp, lane, tid);
   if (tid < 16) rows[tid] = acc;
   __syncthreads();
   if (tid < 8) {  // row tid of the tile is gate i, row tid + 8 up i, i = 8 blockIdx.x + tid
@@ -195,9 +195,8 @@ _PARAMS = (_P, _P, _P, _F, _P, _P, _P, _P, _P, _P, _P, _P, _P, _I, _I, _I, _I)
 
 
 @functools.cache
-def _kernel(device: torch.device, split: int, pdl: bool, preload: bool, min_blocks: int) -> Kernel:
-    b = {True: "true", False: "false"}
-    name = f"gate_up_mma<{split}, {b[pdl]}, {b[preload]}, {min_blocks}>"
+def _kernel(device: torch.device, split: int, pdl: bool) -> Kernel:
+    name = f"gate_up_mma<{split}, {str(pdl).lower()}>"
     return compile_kernels(SOURCE, {name: _PARAMS}, device)[name]
 
 
@@ -211,11 +210,8 @@ def gate_up_mma(
     shared_expert_gate: torch.Tensor | None,
     split: int = 8,
     out: torch.Tensor | None = None,
-    preload: bool = False,
-    min_blocks: int = 0,
 ) -> torch.Tensor:
-    """See ``gate_up_mma_reference``: x [1, H] bf16 CUDA -> h [k + 1, I] bf16. ``split``, ``preload``,
-    ``min_blocks``: the kernel's SPLIT, PRELOAD and MINB (``mma_gemv``'s plan options)."""
+    """See ``gate_up_mma_reference``: x [1, H] bf16 CUDA -> h [k + 1, I] bf16."""
     k_top = topk_ids.shape[-1]
     hidden = x.shape[-1]
     require(
@@ -239,7 +235,7 @@ def gate_up_mma(
     if out is None:
         out = torch.empty((k_top + 1, inter), device=x.device, dtype=x.dtype)
     pdl = pdl_enabled(x)
-    _kernel(x.device, split, pdl, preload, min_blocks).launch(
+    _kernel(x.device, split, pdl).launch(
         (2 * inter // 16, k_top + 1),
         32 * split,
         (out, x, norm_weight, float(norm_eps), topk_ids, raw_logits, sg, *_operands(packed.gate_up),

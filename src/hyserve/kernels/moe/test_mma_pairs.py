@@ -76,8 +76,7 @@ gpu = pytest.mark.skipif(
 @pytest.mark.parametrize("split", [2, 4, 8])
 @pytest.mark.parametrize("pdl", ["0", "1"])
 @pytest.mark.parametrize("gate", [True, False])
-@pytest.mark.parametrize("preload", [False, True])
-def test_kernel_matches_reference(monkeypatch, split, pdl, gate, preload):
+def test_kernel_matches_reference(monkeypatch, split, pdl, gate):
     monkeypatch.setenv("HYSERVE_PDL", pdl)
     w, shared, sg = _experts(256, 512, 2048, seed=split)
     packed = pack_mma_experts(w, shared)
@@ -87,9 +86,7 @@ def test_kernel_matches_reference(monkeypatch, split, pdl, gate, preload):
     ids[0, 0] = 1  # the expert with escapes
     raw = torch.randn(1, 8, device=DEVICE).sort(descending=True).values.contiguous()
     out = torch.full((9, 512), float("nan"), device=DEVICE, dtype=torch.bfloat16)
-    h = gate_up_mma(
-        x, packed, ids, raw, nw, 1e-6, sg if gate else None, split=split, out=out, preload=preload
-    )
+    h = gate_up_mma(x, packed, ids, raw, nw, 1e-6, sg if gate else None, split=split, out=out)
     ref = gate_up_mma_reference(x, packed, ids, raw, nw, 1e-6, sg if gate else None)
     assert not h.isnan().any()
     for row in range(9):
