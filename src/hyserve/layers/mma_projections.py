@@ -19,21 +19,24 @@ from hyserve.kernels.moe.mma_pairs import pack_mma_experts
 
 
 def prepare_mma_projections(model: nn.Module) -> int:
-    """Attach the copies to every routed in-projection whose shape the kernel takes; returns their bytes."""
+    """Attach the copies to every routed in-projection whose shape the GEMV takes, and to every routing
+    out-projection ([M; W_o]) whose shape has a plan with a KSPLIT (``routed_projection/mma_kernel.py``); returns
+    their bytes."""
     total = 0
     for layer in model.model.layers:
         routed = getattr(getattr(layer, "mlp", None), "routed", None)
-        if (
-            routed is None
-            or routed.w_in.dtype != torch.bfloat16
-            or routed.n_in % 16
-            or routed.w_in.shape[0] % 16
-        ):
+        if routed is None or routed.w_in.dtype != torch.bfloat16:
             continue
-        if mma_plan(*routed.w_in.shape) is None or routed.w_in.shape[1] % 64:
-            continue
-        routed.w_in_mma = pack_mma(routed.w_in)
-        total += routed.w_in_mma.nbytes
+        n, k = routed.w_in.shape
+        if routed.n_in % 16 == 0 and k % 64 == 0 and mma_plan(n, k) is not None:
+            routed.w_in_mma = pack_mma(routed.w_in)
+            total += routed.w_in_mma.nbytes
+        n, k = routed.w_out.shape
+        plan = mma_plan(n, k)
+        if plan is not None and "KSPLIT" in plan and routed.num_experts % 16 == 0 and k % 64 == 0:
+            if k % (128 * plan["SPLIT"] * plan["KSPLIT"]) == 0:
+                routed.w_out_mma = pack_mma(routed.w_out)
+                total += routed.w_out_mma.nbytes
     return total
 
 

@@ -41,8 +41,9 @@ class RoutedProjections:
         self.n_in, self.num_experts, self.top_k = n_in, num_experts, moe.top_k
         # w_in's and w_out's 12-bit copies, if ``--pack-weights`` made them (layers/packed_weights.py)
         self.w_in_packed = self.w_out_packed = None
-        # w_in's fragment-ordered 12-bit copy for the tensor-core GEMV, if made (layers/mma_projections.py)
-        self.w_in_mma = None
+        # w_in's and w_out's fragment-ordered 12-bit copies for the tensor-core kernels, if made
+        # (layers/mma_projections.py)
+        self.w_in_mma = self.w_out_mma = None
         self._partial: torch.Tensor | None = None  # [1, E]: W_r' h0, from the in-projection
         self._routing: tuple[torch.Tensor, torch.Tensor] | None = None  # for the MoE block: ids, raw logits
         in_proj.fusion, out_proj.fusion, moe.routed = self.project_in, self.project_out, self
@@ -75,7 +76,7 @@ class RoutedProjections:
         if partial is None or norm is not None or residual is None:
             return None
         self._routing = rp.project_out_route(
-            a, self.w_out, residual, partial, self.top_k, self._plans()[1], self.w_out_packed
+            a, self.w_out, residual, partial, self.top_k, self._plans()[1], self.w_out_packed, self.w_out_mma
         )
         return residual
 

@@ -119,12 +119,15 @@ struct TileStream {
   int s0, nch, e_beg, e_end, e_col0;
   float e_d0;
 
-  // the first chunk, the windows and the escape ranges: weights only, so before the PDL wait
+  // the first chunk, the windows and the escape ranges: weights only, so before the PDL wait. The warp takes
+  // steps [first + warp * per_warp, + per_warp) of the tile's K / 16; escapes: whether this CTA adds the rows'
+  // escapes (a CTA of a K slice does only in one slice)
   __device__ __forceinline__ void begin(const uint4* low, const uint4* codes, const int* base, const int* eptr,
-                                        int tile, int K, int split, int warp, int lane, int tid) {
+                                        int tile, int K, int first, int per_warp, bool escapes, int warp, int lane,
+                                        int tid) {
     const int S = K >> 4, g = lane >> 2, r0 = tile * 16;
-    s0 = warp * (S / split);
-    nch = (S / split) >> 3;
+    s0 = first + warp * per_warp;
+    nch = per_warp >> 3;
     lp = low + ((size_t)tile * (S >> 1) + (s0 >> 1)) * 32 + lane;
     cp = codes + ((size_t)tile * (S >> 2) + (s0 >> 2)) * 32 + lane;
 #pragma unroll
@@ -135,7 +138,7 @@ struct TileStream {
     base4 = bg | (bg << 8) | (bg8 << 16) | (bg8 << 24);
     e_beg = e_end = e_col0 = 0;
     e_d0 = 0.f;
-    if (tid < 16) {
+    if (escapes && tid < 16) {
       e_beg = __ldg(eptr + r0 + tid);
       e_end = __ldg(eptr + r0 + tid + 1);
     }
@@ -227,7 +230,7 @@ __global__ void __launch_bounds__(32 * SPLIT) gemv_mma(
   __shared__ float red[SPLIT];
   const int tile = blockIdx.x, tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   TileStream ts;
-  ts.begin(low, codes, base, eptr, tile, K, SPLIT, warp, lane, tid);
+  ts.begin(low, codes, base, eptr, tile, K, 0, (K >> 4) / SPLIT, true, warp, lane, tid);
   if (PDL) pdl_wait();
   load_x<SPLIT>(xs, x, nw, NORM && tile * 16 < raw_from, eps, K, red, tid, warp, lane);
   ts.first_escape(ecol, edelta);

@@ -149,7 +149,7 @@ __global__ void __launch_bounds__(32 * SPLIT) gate_up_mma(
     e = __ldcg(ids + p);
   }
   TileStream ts;
-  ts.begin(low, codes, base, eptr, e * ((2 * I) >> 4) + blockIdx.x, K, SPLIT, warp, lane, tid);
+  ts.begin(low, codes, base, eptr, e * ((2 * I) >> 4) + blockIdx.x, K, 0, (K >> 4) / SPLIT, true, warp, lane, tid);
   if (PDL && shared) pdl_wait();
   load_x<SPLIT>(xs, x, nw, true, eps, K, red, tid, warp, lane);
   // rstd again from the normed block's own sum (load_x keeps it in red[])

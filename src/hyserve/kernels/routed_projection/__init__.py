@@ -95,10 +95,13 @@ def project_out_route(
     top_k: int,
     plan: dict | None,
     packed: PackedBF16 | None = None,
+    mma: MmaPackedBF16 | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """See ``project_out_route_reference``: a [T, Hv], weight [E + H, Hv], residual [T, H] (updated in place),
     partial [T, E] -> (topk_ids [T, k] int32, their raw logits [T, k] fp32). ``packed``: the weight's 12-bit
-    copy, streamed instead where the packed table has a one-row plan whose tiles divide its column slices."""
+    copy, streamed instead where the packed table has a one-row plan whose tiles divide its column slices;
+    ``mma``: its fragment-ordered copy, streamed by ``mma_kernel.py`` where the mma table's plan for the shape
+    has a KSPLIT (bf16), before any other."""
     if (
         plan is not None
         and fast(a, weight, residual, partial)
@@ -106,6 +109,11 @@ def project_out_route(
         and residual.is_contiguous()
         and partial.stride(-1) == 1
     ):
+        mma_route_plan = mma_plan(*weight.shape) if mma is not None else None
+        if mma_route_plan is not None and "KSPLIT" in mma_route_plan and a.dtype == torch.bfloat16:
+            from hyserve.kernels.routed_projection.mma_kernel import project_out_route_mma
+
+            return project_out_route_mma(a.contiguous(), mma, residual, partial, top_k, mma_route_plan)
         packed_plan = packed_gemv_plan(*weight.shape) if packed is not None else None
         if _packed_route_fits(packed_plan, a, weight.shape[1]):
             from hyserve.kernels.routed_projection.triton_packed import project_out_route_packed

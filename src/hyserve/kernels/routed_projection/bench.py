@@ -3,7 +3,8 @@
 ``python -m hyserve.kernels.routed_projection.bench``: time (CUDA-graph replay, median; inputs rotate so the
 weights come from HBM), bytes, TB/s and % of 4.0 TB/s of
 
-- the routing out-projection ``[M; W_o]`` [256 + 2048, 4096] (the top-k included; M_SPLIT 1, 2, 4) against what
+- the routing out-projection ``[M; W_o]`` [256 + 2048, 4096] (the top-k included; M_SPLIT 1, 2, 4; and over the
+  fragment-ordered 12-bit copy, ``mma_kernel.py``, at several SPLIT / KSPLIT, its bytes the copy's) against what
   it replaces: the out_proj GEMV [2048, 4096] with its residual, then the fused router with its pre-norm; and
   against the out_proj GEMV alone (the bytes of W_o without M's 2 MB);
 - the experts' gate_up at batch 1 (8 routed pairs + the shared expert, 9 x [1024, 2048]) taking the routing as
@@ -62,6 +63,17 @@ def bench_out_projection(H: int, Hv: int, E: int, top_k: int) -> list[dict]:
             rows.append(
                 _row(f"routing out-projection [{E}+{H}, {Hv}] M_SPLIT {split}", time_ms(cycle) * 1e3, nbytes)
             )
+    if DEVICE == "cuda" and DTYPE == torch.bfloat16 and H == 2048:  # over the fragment-ordered 12-bit copy
+        from hyserve.kernels.mma_gemv import pack_mma
+        from hyserve.kernels.routed_projection.mma_kernel import project_out_route_mma
+
+        packed = [(r[0], pack_mma(r[1]), *r[2:5]) for r in routed]
+        for split, ksplit in ((8, 1), (8, 2), (8, 4), (4, 4), (4, 8), (8, 8)):
+            cfg = {"SPLIT": split, "KSPLIT": ksplit}
+            if Hv % (128 * split * ksplit) == 0:
+                us = time_ms(Cycle(project_out_route_mma, [(*r, cfg) for r in packed])) * 1e3
+                rows.append(_row(f"routing out-projection, 12-bit mma SPLIT {split} KSPLIT {ksplit}", us,
+                                 packed[0][1].nbytes))  # fmt: skip
     us_plain = time_ms(Cycle(out_then_router, plain)) * 1e3
     us_out = time_ms(Cycle(out_only, plain)) * 1e3
     return rows + [
