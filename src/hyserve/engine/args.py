@@ -56,9 +56,9 @@ def add_engine_arguments(parser: argparse.ArgumentParser, model_required: bool =
         "--no-mma-projections",
         dest="mma_projections",
         action="store_false",
-        help="stream the routed in- and out-projections' bf16 weights in one-token steps (default on CUDA: "
-        "lossless 12-bit copies decoded into tensor-core operands, 0.75 of the bytes, +2.2 GB for "
-        "Qwen3.6-35B-A3B; layers/mma_projections.py)",
+        help="stream the routed in-projections' bf16 weights in one-token steps (default on CUDA: lossless "
+        "12-bit copies decoded into tensor-core operands, 0.75 of the bytes, +1.5 GB for Qwen3.6-35B-A3B; "
+        "layers/mma_projections.py)",
     )
     g.add_argument(
         "--mma-experts",

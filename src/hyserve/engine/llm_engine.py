@@ -55,8 +55,8 @@ class EngineArgs:
     # on CUDA with graphs, a one-token step routes each MoE layer inside its mixer's projections instead of a
     # router launch (+3 MB a layer of router rows; layers/routed_projection.py)
     routed_projections: bool = True
-    # on CUDA with graphs and the routed projections, a one-token step's in- and out-projections stream lossless
-    # 12-bit copies through tensor-core kernels (+2.2 GB for Qwen3.6-35B-A3B; layers/mma_projections.py)
+    # on CUDA with graphs and the routed projections, a one-token step's in-projections stream lossless 12-bit
+    # copies through the tensor-core GEMV (+1.5 GB for Qwen3.6-35B-A3B; layers/mma_projections.py)
     mma_projections: bool = True
     # with the routed projections, one-token steps stream the experts' gate_up as one 12-bit tensor-core copy
     # per MoE block (+32 GB for Qwen3.6-35B-A3B; layers/mma_projections.py). Off until timed in the step.

@@ -3,11 +3,12 @@ fragment-ordered 12-bit copies (optional features: ``--no-mma-projections`` turn
 ``kernels/mma_gemv`` has the format and the GEMV, ``kernels/moe/mma_pairs.py`` the gate_up).
 
 Each MoE decoder layer's in-projection with the router's rows (``RoutedProjections.w_in``: in_proj or qkv, plus
-256 rows) and its routing out-projection (``w_out``: M's 256 rows, then out_proj or o_proj) keep lossless 12-bit
-copies in ``mma.m16n8k16`` fragment order, which the one-token step streams instead of the bf16 weights
-(``kernels/mma_gemv``, ``kernels/routed_projection/mma_kernel.py``): the same values, 0.75 of the bytes, decoded into
-tensor-core operands. The bf16 weights stay for everything else (prefills, larger batches, the reference path),
-so the copies cost 0.75 of their weights' bytes in memory: ~2.2 GB for Qwen3.6-35B-A3B's 40 layers.
+256 rows) keeps a lossless 12-bit copy in ``mma.m16n8k16`` fragment order, which the one-token step streams instead
+of the bf16 weight (``kernels/mma_gemv``): the same values, 0.75 of the bytes, decoded into tensor-core operands;
+so does its routing out-projection (``w_out``: M's 256 rows, then out_proj or o_proj) where the mma table has a
+plan with a KSPLIT for its shape (``kernels/routed_projection/mma_kernel.py``; none has: slower than the bf16
+kernel). The bf16 weights stay for everything else (prefills, larger batches, the reference path), so the copies
+cost 0.75 of their weights' bytes in memory: ~1.5 GB for Qwen3.6-35B-A3B's 40 in-projections.
 """
 
 from __future__ import annotations
