@@ -178,3 +178,13 @@ def compile_kernels(
         torch.cuda.current_stream()  # the primary context current on this thread before the driver calls
         functions = _module(source, index, arch, tuple(kernels), tuple(options))
     return {n: Kernel(functions[n], types, n) for n, types in kernels.items()}
+
+
+@functools.cache
+def template_kernel(
+    source: str, template: str, args: tuple, params: tuple[type, ...], device: torch.device
+) -> Kernel:
+    """The instance ``template<args...>`` (bools as true / false) of a ``__global__`` function template in
+    ``source``, compiled for ``device`` once per process, with its parameters' ctypes types."""
+    name = f"{template}<{', '.join(str(a).lower() if isinstance(a, bool) else str(a) for a in args)}>"
+    return compile_kernels(source, {name: params}, device)[name]

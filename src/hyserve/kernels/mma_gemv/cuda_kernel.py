@@ -18,11 +18,10 @@ escapes' first entries. The escapes' corrections ``delta * x_n[col]`` are added 
 from __future__ import annotations
 
 import ctypes
-import functools
 
 import torch
 
-from hyserve.kernels.nvrtc import Kernel, compile_kernels
+from hyserve.kernels.nvrtc import Kernel, template_kernel
 
 # device helpers shared with the other kernels over the fragment-ordered format (``moe/mma_pairs.py``)
 HELPERS = r"""
@@ -248,8 +247,6 @@ _PARAMS = (_P, _P, _P, _F, _I, _P, _P, _P, _P, _P, _P, _I)
 SPLITS = (2, 4, 8, 16)
 
 
-@functools.cache
 def kernel(device: torch.device, split: int, norm: bool, pdl: bool) -> Kernel:
     """The compiled ``gemv_mma<split, norm, pdl>`` for ``device`` (once per process)."""
-    name = f"gemv_mma<{split}, {str(norm).lower()}, {str(pdl).lower()}>"
-    return compile_kernels(SOURCE, {name: _PARAMS}, device)[name]
+    return template_kernel(SOURCE, "gemv_mma", (split, norm, pdl), _PARAMS, device)

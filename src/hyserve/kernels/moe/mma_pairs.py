@@ -20,7 +20,6 @@ the tile's 8 values of h.
 from __future__ import annotations
 
 import ctypes
-import functools
 from dataclasses import dataclass
 
 import torch
@@ -28,7 +27,7 @@ import torch
 from hyserve.kernels.contracts import require
 from hyserve.kernels.mma_gemv import MmaPackedBF16, pack_mma, unpack_mma
 from hyserve.kernels.mma_gemv.cuda_kernel import HELPERS, SPLITS
-from hyserve.kernels.nvrtc import Kernel, compile_kernels
+from hyserve.kernels.nvrtc import template_kernel
 from hyserve.kernels.pdl import enabled as pdl_enabled
 from hyserve.kernels.rmsnorm.reference import rms_norm_reference
 
@@ -194,12 +193,6 @@ _P, _I, _F = ctypes.c_void_p, ctypes.c_int, ctypes.c_float
 _PARAMS = (_P, _P, _P, _F, _P, _P, _P, _P, _P, _P, _P, _P, _P, _I, _I, _I, _I)
 
 
-@functools.cache
-def _kernel(device: torch.device, split: int, pdl: bool) -> Kernel:
-    name = f"gate_up_mma<{split}, {str(pdl).lower()}>"
-    return compile_kernels(SOURCE, {name: _PARAMS}, device)[name]
-
-
 def gate_up_mma(
     x: torch.Tensor,
     packed: MmaExperts,
@@ -235,7 +228,7 @@ def gate_up_mma(
     if out is None:
         out = torch.empty((k_top + 1, inter), device=x.device, dtype=x.dtype)
     pdl = pdl_enabled(x)
-    _kernel(x.device, split, pdl).launch(
+    template_kernel(SOURCE, "gate_up_mma", (split, pdl), _PARAMS, x.device).launch(
         (2 * inter // 16, k_top + 1),
         32 * split,
         (out, x, norm_weight, float(norm_eps), topk_ids, raw_logits, sg, *_operands(packed.gate_up),

@@ -16,14 +16,13 @@ resets the counters. Escapes are added by each tile's slice-0 CTA (every CTA hol
 from __future__ import annotations
 
 import ctypes
-import functools
 
 import torch
 
 from hyserve.kernels.contracts import require
 from hyserve.kernels.mma_gemv import MmaPackedBF16
 from hyserve.kernels.mma_gemv.cuda_kernel import HELPERS
-from hyserve.kernels.nvrtc import Kernel, compile_kernels
+from hyserve.kernels.nvrtc import template_kernel
 from hyserve.kernels.pdl import enabled as pdl_enabled
 from hyserve.kernels.tickets import ticket_counters
 
@@ -120,12 +119,6 @@ _P, _I = ctypes.c_void_p, ctypes.c_int
 _PARAMS = (_P,) * 14 + (_I,) * 4
 
 
-@functools.cache
-def _kernel(device: torch.device, split: int, ksplit: int, pdl: bool) -> Kernel:
-    name = f"project_route_mma<{split}, {ksplit}, {str(pdl).lower()}>"
-    return compile_kernels(SOURCE, {name: _PARAMS}, device)[name]
-
-
 def project_out_route_mma(
     a: torch.Tensor,
     packed: MmaPackedBF16,
@@ -158,7 +151,7 @@ def project_out_route_mma(
     raw = torch.empty((experts,), dtype=torch.float32, device=dev)
     counters = ticket_counters("routed projection (mma)", dev, n // 16 + 1)
     pdl = pdl_enabled(a)
-    _kernel(dev, split, ksplit, pdl).launch(
+    template_kernel(SOURCE, "project_route_mma", (split, ksplit, pdl), _PARAMS, dev).launch(
         n // 16 * ksplit,
         32 * split,
         (residual, a, partial, part, raw, counters, ids, top, packed.low, packed.codes, packed.base,
