@@ -49,3 +49,20 @@ def test_compiled_kernel_runs_eagerly_and_in_a_graph(pdl):
     assert torch.allclose(y, 3 * x)
     with pytest.raises(ValueError):
         kernel.launch(4, 256, (y, x, 0.5), pdl=pdl)
+
+
+def test_template_kernel_names_the_instance_and_compiles_it_once(monkeypatch):
+    from hyserve.kernels import nvrtc
+
+    calls = []
+    monkeypatch.setattr(
+        nvrtc,
+        "compile_kernels",
+        lambda source, kernels, device: calls.append(kernels) or dict.fromkeys(kernels, 1),
+    )
+    nvrtc.template_kernel.cache_clear()
+    params = (ctypes.c_void_p, ctypes.c_int)
+    for _ in range(2):
+        assert nvrtc.template_kernel("src", "gemv_mma", (8, True, False), params, torch.device("cpu")) == 1
+    assert calls == [{"gemv_mma<8, true, false>": params}]
+    nvrtc.template_kernel.cache_clear()
