@@ -80,15 +80,29 @@ __device__ __forceinline__ uint4 normalise8(uint4 v, uint4 gv, float rstd) {
 }
 
 
-// x [K] into shared memory as the B operand: rms_norm(x) (rms_norm_reference's math and rounding; every CTA sums
-// the same squares in the same order) when NORM, else x as it is (L2-coherent loads: the previous kernel wrote x)
+// the sum of v over the CTA's SPLIT warps (warp order), each warp's total through red[SPLIT]
 template <int SPLIT>
-__device__ __forceinline__ void load_x(uint4* xs, const bf16_t* x, const bf16_t* nw, bool norm, float eps, int K,
-                                       float* red, int tid, int warp, int lane) {
+__device__ __forceinline__ float block_sum(float v, float* red, int warp, int lane) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xFFFFFFFFu, v, o);
+  if (lane == 0) red[warp] = v;
+  __syncthreads();
+  float total = 0.f;
+#pragma unroll
+  for (int w = 0; w < SPLIT; ++w) total += red[w];
+  return total;
+}
+
+// x [K] into shared memory as the B operand: rms_norm(x) (rms_norm_reference's math and rounding; every CTA sums
+// the same squares in the same order) when NORM, else x as it is (L2-coherent loads: the previous kernel wrote x).
+// Returns the norm's rstd (1 without the norm).
+template <int SPLIT>
+__device__ __forceinline__ float load_x(uint4* xs, const bf16_t* x, const bf16_t* nw, bool norm, float eps, int K,
+                                        float* red, int tid, int warp, int lane) {
   const uint4* x4 = reinterpret_cast<const uint4*>(x);
   if (!norm) {
     for (int i = tid; i < (K >> 3); i += 32 * SPLIT) xs[i] = __ldcg(x4 + i);
-    return;
+    return 1.f;
   }
   float ss = 0.f;
   for (int i = tid; i < (K >> 3); i += 32 * SPLIT) {
@@ -96,16 +110,10 @@ __device__ __forceinline__ void load_x(uint4* xs, const bf16_t* x, const bf16_t*
     ss += sumsq8(v);
     xs[i] = v;
   }
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xFFFFFFFFu, ss, o);
-  if (lane == 0) red[warp] = ss;
-  __syncthreads();
-  float total = 0.f;
-#pragma unroll
-  for (int w = 0; w < SPLIT; ++w) total += red[w];
-  const float rstd = rsqrtf(total / (float)K + eps);
+  const float rstd = rsqrtf(block_sum<SPLIT>(ss, red, warp, lane) / (float)K + eps);
   const uint4* g4 = reinterpret_cast<const uint4*>(nw);
   for (int i = tid; i < (K >> 3); i += 32 * SPLIT) xs[i] = normalise8(xs[i], __ldg(g4 + i), rstd);
+  return rstd;
 }
 
 // One warp's share of a 16-row tile: its chunks of 8 k16 steps (4 low-byte words of 2 steps, 2 code words of 4

@@ -117,16 +117,6 @@ __device__ __forceinline__ float dot8(uint4 a, uint4 b) {
   return s;
 }
 
-__device__ __forceinline__ float block_sum(float v, float* red, int warp, int lane, int nwarps) {
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xFFFFFFFFu, v, o);
-  if (lane == 0) red[warp] = v;
-  __syncthreads();
-  float total = 0.f;
-  for (int w = 0; w < nwarps; ++w) total += red[w];
-  return total;
-}
-
 // grid (2I / 16 tiles, k + 1 pairs); pair k is the shared expert (expert E of the packed matrix)
 template <int SPLIT, bool PDL>
 __global__ void __launch_bounds__(32 * SPLIT) gate_up_mma(
@@ -150,19 +140,14 @@ __global__ void __launch_bounds__(32 * SPLIT) gate_up_mma(
   TileStream ts;
   ts.begin(low, codes, base, eptr, e * ((2 * I) >> 4) + blockIdx.x, K, 0, (K >> 4) / SPLIT, true, warp, lane, tid);
   if (PDL && shared) pdl_wait();
-  load_x<SPLIT>(xs, x, nw, true, eps, K, red, tid, warp, lane);
-  // rstd again from the normed block's own sum (load_x keeps it in red[])
-  float total = 0.f;
-#pragma unroll
-  for (int w = 0; w < SPLIT; ++w) total += red[w];
-  const float rstd = rsqrtf(total / (float)K + eps);
+  const float rstd = load_x<SPLIT>(xs, x, nw, true, eps, K, red, tid, warp, lane);
   float wrow = 1.f;
   if (shared) {
     if (sgate) {
       const uint4* s4 = reinterpret_cast<const uint4*>(sgate);
       float dot = 0.f;
       for (int i = tid; i < (K >> 3); i += 32 * SPLIT) dot += dot8(xs[i], __ldg(s4 + i));
-      wrow = 1.f / (1.f + __expf(-block_sum(dot, red2, warp, lane, SPLIT)));
+      wrow = 1.f / (1.f + __expf(-block_sum<SPLIT>(dot, red2, warp, lane)));
     }
   } else {  // softmax of the top-k logits scaled by rstd, each rounded through bf16 like the router's output
     float mx = __int_as_float(0xff800000), num = 0.f, den = 0.f;
