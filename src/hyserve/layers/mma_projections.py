@@ -34,11 +34,10 @@ def prepare_mma_projections(model: nn.Module) -> int:
             routed.w_in_mma = pack_mma(routed.w_in)
             total += routed.w_in_mma.nbytes
         n, k = routed.w_out.shape
-        plan = mma_plan(n, k)
+        plan = mma_plan(n, k)  # None unless its SPLIT x KSPLIT cut K into whole chunks
         if plan is not None and "KSPLIT" in plan and routed.num_experts % 16 == 0 and k % 64 == 0:
-            if k % (128 * plan["SPLIT"] * plan["KSPLIT"]) == 0:
-                routed.w_out_mma = pack_mma(routed.w_out)
-                total += routed.w_out_mma.nbytes
+            routed.w_out_mma = pack_mma(routed.w_out)
+            total += routed.w_out_mma.nbytes
     return total
 
 

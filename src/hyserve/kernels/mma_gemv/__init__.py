@@ -37,9 +37,9 @@ def _plans() -> dict[str, dict]:
 
 def mma_plan(n: int, k: int) -> dict | None:
     """The kernel's plan for a weight [n, k] (its own entry, else the table's default), or None if the kernel
-    cannot take the shape (n % 16, or K not a multiple of 128 x SPLIT)."""
+    cannot take the shape (n % 16, or K not a multiple of 128 x SPLIT x KSPLIT, KSPLIT 1 when absent)."""
     plan = _plans().get(f"{n}x{k}", _plans().get("default"))
-    if plan is None or n % 16 or k % (128 * plan["SPLIT"]):
+    if plan is None or n % 16 or k % (128 * plan["SPLIT"] * plan.get("KSPLIT", 1)):
         return None
     return plan
 
