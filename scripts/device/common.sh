@@ -28,3 +28,19 @@ start_server() {
   done
   echo "server not up"; tail -n 30 "$log"; return 1
 }
+# `depth_model L`: Qwen3.6-35B-A3B's config.json cut to its first L layer types (full widths: every kernel at its
+# production shape) in /tmp/qwen-depth-L, for runs where the whole model does not fit (an H100); prints the folder.
+depth_model() {
+  local d=/tmp/qwen-depth-$1
+  mkdir -p $d
+  python3 - "$M/config.json" "$d/config.json" "$1" <<'PY'
+import json, sys
+raw = json.load(open(sys.argv[1]))
+text = raw.get("text_config", raw)
+n = int(sys.argv[3])
+text["layer_types"] = text["layer_types"][:n]
+text["num_hidden_layers"] = n
+json.dump(raw, open(sys.argv[2], "w"), indent=1)
+PY
+  echo $d
+}

@@ -6,17 +6,7 @@
 set -u
 source "$(dirname "$0")/common.sh"
 L=${LAYERS:-16}
-D=/tmp/qwen-depth-$L
-mkdir -p $D
-python3 - "$M/config.json" "$D/config.json" "$L" <<'PY'
-import json, sys
-raw = json.load(open(sys.argv[1]))
-text = raw.get("text_config", raw)
-n = int(sys.argv[3])
-text["layer_types"] = text["layer_types"][:n]
-text["num_hidden_layers"] = n
-json.dump(raw, open(sys.argv[2], "w"), indent=1)
-PY
+D=$(depth_model $L)
 V="python3 -m hyserve verify --model $D --load-format dummy --kv-cache-memory-gb 4 --max-num-seqs 8
   --max-model-len 4096 --paths fast"
 TAILN=8 run verify_default 280 $V ${FLAGS:-}

@@ -21,6 +21,8 @@ import os
 import torch
 
 _CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION = 6
+_CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8
+_DEFAULT_DYNAMIC_SHARED = 48 * 1024  # what a launch may ask for before the function's attribute is raised
 
 
 class _LaunchAttribute(ctypes.Structure):
@@ -92,6 +94,7 @@ class Kernel:
 
     def __init__(self, function: ctypes.c_void_p, param_types: tuple[type, ...], name: str) -> None:
         self.function, self.param_types, self.name = function, param_types, name
+        self.max_shared = _DEFAULT_DYNAMIC_SHARED
 
     def launch(
         self, grid: int | tuple[int, int], block: int, args: tuple, shared_mem: int = 0, pdl: bool = False
@@ -109,6 +112,14 @@ class Kernel:
                 values.append(ty(a))
         params = (ctypes.c_void_p * len(values))(*(ctypes.addressof(v) for v in values))
         gx, gy = (grid, 1) if isinstance(grid, int) else grid
+        if shared_mem > self.max_shared:  # more than 48 KB of dynamic shared memory needs the opt-in, once
+            _check_cu(
+                _libcuda().cuFuncSetAttribute(
+                    self.function, _CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, shared_mem
+                ),
+                f"{self.name}: {shared_mem} bytes of dynamic shared memory",
+            )
+            self.max_shared = shared_mem
         attr = _LaunchAttribute(id=_CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION, value=1)
         cfg = _LaunchConfig(
             gridDimX=gx, gridDimY=gy, gridDimZ=1, blockDimX=block, blockDimY=1, blockDimZ=1,

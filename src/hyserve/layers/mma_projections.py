@@ -42,9 +42,10 @@ def prepare_mma_projections(model: nn.Module) -> int:
 
 
 def prepare_mma_experts(model: nn.Module) -> int:
-    """``--mma-experts``: the gate_up weights of every routed MoE block (routed experts and the shared expert) as
-    one fragment-ordered 12-bit copy, which one-token steps stream through ``moe/mma_pairs.py`` (the down kernel
-    keeps the bf16 weights); returns the copies' bytes (~32 GB for Qwen3.6-35B-A3B)."""
+    """``--mma-experts``: the gate_up and the down weights of every routed MoE block (routed experts and the shared
+    expert) as fragment-ordered 12-bit copies, which the grouped expert kernels of prefills and batched decode
+    stream (``moe/mma_grouped.py``) and one-token steps' gate_up (``moe/mma_pairs.py``); returns the copies' bytes
+    (~48 GB for Qwen3.6-35B-A3B)."""
     total = 0
     for layer in model.model.layers:
         moe = getattr(layer, "mlp", None)
@@ -53,6 +54,8 @@ def prepare_mma_experts(model: nn.Module) -> int:
         w, shared = moe.experts.gate_up_proj.data, moe.shared_expert.gate_up_proj.weight.data
         if shared.shape != w.shape[1:] or w.shape[1] % 16 or w.shape[2] % 1024:
             continue
-        moe.packed = pack_mma_experts(w, shared)
+        moe.packed = pack_mma_experts(
+            w, shared, moe.experts.down_proj.data, moe.shared_expert.down_proj.weight.data
+        )
         total += moe.packed.nbytes
     return total

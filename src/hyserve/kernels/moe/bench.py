@@ -18,6 +18,7 @@ three-kernel large path. Inputs: realistic router (N(0, 1/H) weights on RMS-norm
 from __future__ import annotations
 
 import argparse
+import functools
 
 import torch
 import torch.nn.functional as F
@@ -303,6 +304,71 @@ def mma_times(top_k: int = 8) -> list[dict]:
     return rows
 
 
+def grouped_mma_times(tokens: tuple[int, ...], top_k: int = 8) -> list[dict]:
+    """The grouped gate_up (prefill and batched decode) with the plan's routing: the Triton kernel on the bf16
+    experts against ``mma_grouped.gate_up_grouped_mma`` over their fragment-ordered 12-bit copy (4 and 8 warps a
+    CTA); us a launch (graph-replayed), % of 4.0 TB/s for the touched experts' bf16 and 12-bit bytes, rel err of
+    the mma kernel against the Triton kernel's h."""
+    from hyserve.kernels.moe.configs import get_plan
+    from hyserve.kernels.moe.mma_grouped import gate_up_grouped_mma
+    from hyserve.kernels.moe.mma_pairs import pack_mma_experts
+    from hyserve.kernels.moe.routing import route_and_align
+    from hyserve.kernels.moe.triton_gate_up import gate_up
+    from hyserve.kernels.moe.triton_prefill import down_scatter_sum
+    from hyserve.kernels.testing import rel_err
+
+    lay = make_layer()
+    E, two_i, H = lay["w_gate_up"].shape
+    packed = pack_mma_experts(lay["w_gate_up"], lay["shared_gate_up"], lay["w_down"], lay["shared_down"])
+    sg = lay["shared_expert_gate"]
+    rows = []
+    for T in tokens:
+        x = make_x(T, H)
+        plan = get_plan(T, E, H, two_i // 2, top_k, x.dtype)
+        bm = plan["block_m"]
+        rt = route_and_align(F.linear(x, lay["gate_weight"]), top_k, bm, True, x.dtype)
+        routed = (rt.topk_weights, rt.sorted_pairs, rt.meta, rt.max_blocks, bm)
+        touched = int(rt.topk_ids.unique().numel()) + 1
+        nbytes = touched * two_i * H * 2
+        ref = gate_up(x, lay["w_gate_up"], lay["shared_gate_up"], sg, *routed, plan["gate_up"])
+        triton_args = (x, lay["w_gate_up"], lay["shared_gate_up"], sg, *routed, plan["gate_up"])
+        variants = [("triton plan", functools.partial(gate_up, *triton_args), 1.0)]
+        for warps in (4, 8):
+            if bm in (16, 32, 64, 128) and (two_i // 16) % warps == 0:
+                fn = functools.partial(gate_up_grouped_mma, x, packed, sg, *routed, warps=warps)
+                variants.append((f"mma {warps} warps", fn, 0.75))
+        for name, fn, frac in variants:
+            err = rel_err(fn().float(), ref.float())
+            us = time_ms(fn, graph=True) * 1e3
+            pct = 100 * nbytes * frac / (us * 1e-6) / HBM_BPS
+            rows.append(dict(T=T, kernel=name, us=us, pct_floor=pct, rel_err=err))
+            print(f"T={T:5d} bm {bm:3d} gate_up {name:12s} {us:8.1f} us {pct:5.1f}% of its bytes' floor "
+                  f"rel err {err:.2e}", flush=True)  # fmt: skip
+        y = torch.empty((ref.shape[0], H), device=x.device, dtype=x.dtype)
+        dref = down_scatter_sum(ref, lay["w_down"], lay["shared_down"], *routed[1:], T, top_k, plan["down"])
+        variants = [("triton plan", functools.partial(down_scatter_sum, ref, lay["w_down"], lay["shared_down"],
+                                                      *routed[1:], T, top_k, plan["down"]), 1.0)]  # fmt: skip
+        for warps in (4, 8):
+            fn = functools.partial(_mma_down_sum, ref, packed, routed, y, T, top_k, warps)
+            variants.append((f"mma {warps} warps", fn, 0.75))
+        for name, fn, frac in variants:
+            err = rel_err(fn().float(), dref.float())
+            us = time_ms(fn, graph=True) * 1e3
+            pct = 100 * nbytes / 2 * frac / (us * 1e-6) / HBM_BPS
+            rows.append(dict(T=T, kernel="down " + name, us=us, pct_floor=pct, rel_err=err))
+            print(f"T={T:5d} bm {bm:3d} down+sum {name:12s} {us:8.1f} us {pct:5.1f}% of its bytes' floor "
+                  f"rel err {err:.2e}", flush=True)  # fmt: skip
+    return rows
+
+
+def _mma_down_sum(h, packed, routed, y, T: int, top_k: int, warps: int) -> torch.Tensor:
+    from hyserve.kernels.moe.mma_grouped import down_grouped_mma
+    from hyserve.kernels.moe.triton_prefill import sum_rows
+
+    down_grouped_mma(h, packed, *routed, warps=warps, out=y)
+    return sum_rows(y, torch.empty((T, y.shape[1]), device=y.device, dtype=y.dtype), T, top_k, True, False)
+
+
 ROUTING_T = (8, 16, 24, 32, 48, 64)
 
 
@@ -424,8 +490,14 @@ def main() -> None:
     ap.add_argument("--routing", action="store_true", help="time the routing variants only (us, nan: wrong)")
     ap.add_argument("--pairs", action="store_true", help="time the T=1 pairs kernels' tile/stage variants")
     ap.add_argument("--mma", action="store_true", help="time the T=1 gate_up on tensor cores (mma_pairs.py)")
+    ap.add_argument(
+        "--mma-grouped", action="store_true", help="time the grouped gate_up on tensor cores at --tokens"
+    )
     a = ap.parse_args()
     assert torch.cuda.is_available(), "the benchmark needs the GPU"
+    if a.mma_grouped:
+        grouped_mma_times(tuple(int(t) for t in a.tokens.split(",")))
+        return
     if a.mma:
         mma_times()
         return

@@ -37,6 +37,7 @@ import torch.nn.functional as F
 
 from hyserve.kernels.activation.reference import silu_and_mul_reference
 from hyserve.kernels.moe.configs import get_plan
+from hyserve.kernels.moe.mma_grouped import down_grouped_mma, gate_up_grouped_mma, grouped_mma_takes
 from hyserve.kernels.moe.mma_pairs import MmaExperts, gate_up_mma
 from hyserve.kernels.moe.router import route_and_align_fused, route_topk_fused, router_logits_fused
 from hyserve.kernels.moe.routing import route_and_align, route_topk, small_routing
@@ -44,7 +45,7 @@ from hyserve.kernels.moe.triton_decode import MAX_REDUCE_TOKENS, down_reduce
 from hyserve.kernels.moe.triton_gate_up import gate_up
 from hyserve.kernels.moe.triton_pairs import down_pairs, gate_up_pairs
 from hyserve.kernels.moe.triton_pairs_packed import PackedExperts, down_pairs_packed, gate_up_pairs_packed
-from hyserve.kernels.moe.triton_prefill import down_scatter_sum
+from hyserve.kernels.moe.triton_prefill import down_scatter_sum, sum_rows
 from hyserve.kernels.rmsnorm import rms_norm
 
 PREFILL_CHUNK = 8192
@@ -189,8 +190,9 @@ def fused_moe_triton(
         if pplan is None:
             res = down_pairs(h, w_down, sd, ids, plan["down"], out=target, add_out=add_out, **kw)
     else:
+        mma = packed if isinstance(packed, MmaExperts) and fuse_shared and x.dtype == torch.bfloat16 else None
         res = _grouped(
-            x, gate_weight, w_gate_up, w_down, top_k, sgu, sd, sg, plan, force_large_routing, target, add_out
+            x, gate_weight, w_gate_up, w_down, top_k, sgu, sd, sg, plan, force_large_routing, target, add_out, mma
         )  # fmt: skip
     if not direct:  # a shared expert of another width: plain torch, added in fp32
         if routed_norm:  # x is still the block's input: with a given routing only gate_up normed its copy
@@ -218,8 +220,11 @@ def _grouped(
     force_large_routing: bool,
     out: torch.Tensor | None,
     add_out: bool,
+    mma: MmaExperts | None = None,
 ) -> torch.Tensor:
-    """Routing + grouping by expert, grouped gate_up, then the "reduce" or "scatter" down kernels."""
+    """Routing + grouping by expert, grouped gate_up, then the "reduce" or "scatter" down kernels; with ``mma``
+    (``--mma-experts``) the gate_up and the scatter down stream the experts' 12-bit copies (``mma_grouped``)
+    where its kernels take the block size."""
     T, E = x.shape[0], gate_weight.shape[0]
     bm = plan["block_m"]
     reduce = plan["down_mode"] == "reduce" and T <= MAX_REDUCE_TOKENS
@@ -236,7 +241,15 @@ def _grouped(
             logits, top_k, bm, with_shared, x.dtype, force_large=force_large_routing, atomic=atomic
         )
     routed = (rt.topk_weights, rt.sorted_pairs, rt.meta, rt.max_blocks, bm)
-    h = gate_up(x, w_gate_up, shared_gate_up, shared_expert_gate, *routed, plan["gate_up"])
+    if mma is not None and grouped_mma_takes(mma, bm, x.shape[1]):
+        h = gate_up_grouped_mma(x, mma, shared_expert_gate, *routed)
+        if mma.down is not None and not reduce:
+            y = down_grouped_mma(h, mma, *routed)
+            if out is None:
+                out = torch.empty((T, x.shape[1]), dtype=x.dtype, device=x.device)
+            return sum_rows(y, out, T, top_k, True, add_out)
+    else:
+        h = gate_up(x, w_gate_up, shared_gate_up, shared_expert_gate, *routed, plan["gate_up"])
     down = down_reduce if reduce else down_scatter_sum
     args = (h, w_down, shared_down, rt.sorted_pairs, rt.meta, rt.max_blocks, bm, T, top_k, plan["down"])
     return down(*args, out=out, add_out=add_out)

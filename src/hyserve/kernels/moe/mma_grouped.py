@@ -1,0 +1,407 @@
+"""The grouped MoE gate_up and down (prefill and batched decode) over the experts' fragment-ordered 12-bit copies,
+on tensor cores: the contracts of ``triton_gate_up.gate_up`` and of ``triton_prefill``'s down kernel (y by pair,
+for ``sum_rows``), with 0.75 of their weight bytes.
+
+``gate_up_grouped_mma`` takes the routing's blocks (``routing.py``: block b is up to BLOCK_M routing rows of
+one expert; rows < N are pairs in expert order, row N + t token t of the shared expert) and writes ``h [N + T,
+I]``: ``h[r] = w_r silu(x[t_r] W_g[e_r]^T) (x[t_r] W_u[e_r]^T)``, w_r the pair's routing weight or, for the
+shared expert, ``sigmoid(x[t] . shared_expert_gate)``. x is the block's input after its pre-norm (bf16).
+
+The packed matrix is ``mma_pairs.pack_mma_experts``' (each expert's gate_up rows in 16-row tiles of 8 gate rows
+and the 8 up rows of the same intermediate indices; the shared expert as expert E). A CTA takes WARPS tiles of
+one block; warp w streams tile ``8 blockIdx.x + w`` over all of K, decoding each k16 step's weights straight
+into ``mma.m16n8k16``'s A registers (as ``kernels/mma_gemv`` does) and using them for every 8-token column
+group of the block: the tokens are the B operand. The block's gathered x rows pass through shared memory in
+chunks of 128 columns (``cp.async``, three buffers, one barrier a chunk), read by ``ldmatrix``. A thread's C
+registers hold gate row g and up row g of the same tokens, so the SwiGLU and the weight are applied in
+registers. Escapes (values outside a row's 12-bit window) add ``delta * x[t, col]`` before the SwiGLU.
+
+``down_grouped_mma`` is the same kernel over the down weights' copy (each expert's [H, I] rows in order, the shared
+expert last: 16 output columns a tile), with h's rows of the block as the B operand (contiguous, no gather) and
+each result written to the row of its pair.
+
+The grid is (rows of an expert / 16 / WARPS, MAXB): blocks past the routing's block count exit at once (CUDA-graph safe), and
+the CTAs of one block are adjacent, so its x rows are read from HBM once.
+"""
+
+from __future__ import annotations
+
+import ctypes
+
+import torch
+
+from hyserve.kernels.contracts import require
+from hyserve.kernels.mma_gemv import MmaPackedBF16
+from hyserve.kernels.mma_gemv.cuda_kernel import HELPERS
+from hyserve.kernels.moe.mma_pairs import MmaExperts, unpack_mma_down, unpack_mma_experts
+from hyserve.kernels.nvrtc import template_kernel
+from hyserve.kernels.pdl import enabled as pdl_enabled
+
+CHUNK_K = 128  # x columns a shared-memory chunk holds (8 k16 steps: one weight chunk of a thread)
+BLOCK_MS = (16, 32, 64, 128)  # the routing's BLOCK_M values the kernel is built for (8-token column groups)
+
+
+def grouped_mma_takes(packed: MmaExperts, block_m: int, hidden: int) -> bool:
+    """Whether the grouped kernels take these experts at this routing block size (8 warps a CTA)."""
+    inter = packed.inter
+    return (
+        block_m in BLOCK_MS and hidden % CHUNK_K == 0 and inter % CHUNK_K == 0 and (2 * inter // 16) % 8 == 0
+    )
+
+
+def gate_up_grouped_reference(
+    x: torch.Tensor,
+    packed: MmaExperts,
+    shared_expert_gate: torch.Tensor | None,
+    topk_weights: torch.Tensor,
+    sorted_pairs: torch.Tensor,
+    meta: torch.Tensor,
+    max_blocks: int,
+) -> torch.Tensor:
+    """x [T, H] (normed), the routing's topk_weights [T, k] fp32, sorted_pairs [N] and meta [3 MAXB + 1] ->
+    h [N + T, I] in x's dtype (the contract of ``gate_up_grouped_mma``), in fp32 from the unpacked weights."""
+    w, shared = unpack_mma_experts(packed)
+    T, k_top = topk_weights.shape
+    n, inter, e_shared = T * k_top, packed.inter, packed.num_experts
+    h = torch.zeros(n + T, inter, dtype=x.dtype, device=x.device)
+    meta_h, pairs = meta.tolist(), sorted_pairs.long()
+    for b in range(meta_h[3 * max_blocks]):
+        e, row0, cnt = meta_h[b], meta_h[max_blocks + b], meta_h[2 * max_blocks + b]
+        rows = torch.arange(row0, row0 + cnt, device=x.device)
+        if e == e_shared:
+            tok, mat = rows - n, shared
+            xs = x[tok].float()
+            if shared_expert_gate is not None:
+                wr = torch.sigmoid(xs @ shared_expert_gate.float().reshape(-1))
+            else:
+                wr = torch.ones(cnt, device=x.device)
+        else:
+            pair = pairs[rows]
+            tok, mat = pair // k_top, w[e]
+            xs = x[tok].float()
+            wr = topk_weights.reshape(-1)[pair].float()
+        gu = xs @ mat.float().T  # [cnt, 2I]
+        g, u = gu[:, :inter], gu[:, inter:]
+        h[rows] = (g / (1.0 + torch.exp(-g)) * u * wr[:, None]).to(x.dtype)
+    return h
+
+
+def down_grouped_reference(
+    h: torch.Tensor,
+    packed: MmaExperts,
+    topk_weights: torch.Tensor,
+    sorted_pairs: torch.Tensor,
+    meta: torch.Tensor,
+    max_blocks: int,
+) -> torch.Tensor:
+    """h [N + T, I] by routing row -> y [N + T, H] in h's dtype by pair (row t k + j: token t's slot j; row N + t
+    its shared expert's), ``h[r] W_down[e_r]^T`` in fp32 from the unpacked weights (``down_grouped_mma``'s
+    contract)."""
+    w, shared = unpack_mma_down(packed)
+    n = topk_weights.numel()
+    y = torch.zeros(h.shape[0], w.shape[1], dtype=h.dtype, device=h.device)
+    meta_h = meta.tolist()
+    for b in range(meta_h[3 * max_blocks]):
+        e, row0, cnt = meta_h[b], meta_h[max_blocks + b], meta_h[2 * max_blocks + b]
+        rows = torch.arange(row0, row0 + cnt, device=h.device)
+        mat = shared if e == packed.num_experts else w[e]
+        dst = rows if e == packed.num_experts else sorted_pairs.long()[rows.clamp(max=n - 1)]
+        y[dst] = (h[rows].float() @ mat.float().T).to(h.dtype)
+    return y
+
+
+SOURCE = (
+    HELPERS
+    + r"""
+__device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
+  const unsigned int s = (unsigned int)__cvta_generic_to_shared(smem);
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(s), "l"(gmem) : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+__device__ __forceinline__ void cp_async_wait1() { asm volatile("cp.async.wait_group 1;" ::: "memory"); }
+
+__device__ __forceinline__ void ldmatrix_x4(unsigned int (&r)[4], const void* smem) {
+  const unsigned int s = (unsigned int)__cvta_generic_to_shared(smem);
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(s));
+}
+
+// the rows [0, cnt) of chunk ch (columns [ch CK, + CK)) of the source rows src[r] into buffer buf, 16 bytes a copy;
+// one commit group
+template <int BM, int CK, int LD, int THREADS>
+__device__ __forceinline__ void load_chunk(bf16_t* xs, const bf16_t* x, const int* src, int cnt, int K, int ch,
+                                           int buf, int tid) {
+  bf16_t* dst = xs + buf * BM * LD;
+  for (int i = tid; i < cnt * (CK / 8); i += THREADS) {
+    const int r = i / (CK / 8), s = i % (CK / 8);
+    cp_async16(dst + r * LD + s * 8, x + (size_t)src[r] * K + ch * CK + s * 8);
+  }
+  cp_async_commit();
+}
+
+// grid (R / 16 / WARPS, MAXB), R the packed rows an expert has (2I for gate_up, H for down); NT = BLOCK_M / 8
+// column groups of 8 rows. gate_up (!DOWN): x [T, K] gathered by token, out = h [N + T, I] by routing row, the
+// SwiGLU and the row's weight applied. DOWN: x = h [N + T, K = I] by routing row, out = y [N + T, H] by pair
+// (row t k + j: token t's slot j; row N + t its shared expert's)
+template <int NT, int WARPS, bool DOWN, bool PDL>
+__global__ void __launch_bounds__(32 * WARPS) grouped_mma(
+    bf16_t* __restrict__ out, const bf16_t* __restrict__ x, const bf16_t* __restrict__ sgate,
+    const float* __restrict__ topk_w, const int* __restrict__ sorted, const int* __restrict__ meta,
+    const uint4* __restrict__ low, const uint4* __restrict__ codes, const int* __restrict__ base,
+    const int* __restrict__ eptr, const int* __restrict__ ecol, const float* __restrict__ edelta,
+    int N, int K, int R, int out_ld, int E, int maxb, int k_top) {
+  constexpr int BM = NT * 8, CK = 128, LD = CK + 8, THREADS = 32 * WARPS;
+  constexpr int GROWS = (BM * 4 + THREADS - 1) / THREADS;  // shared-gate rows a thread sums (4 threads a row)
+  extern __shared__ __align__(16) bf16_t xs[];  // [3][BM][LD]: x chunks, rows padded (ldmatrix without conflicts)
+  __shared__ int src[BM], dst[BM];  // a row's source row of x and its output row
+  __shared__ float wrow[BM];
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
+  const int b = blockIdx.y;
+  if (PDL) pdl_wait();
+  if (b >= __ldcg(meta + 3 * maxb)) return;
+  const int e = __ldcg(meta + b), row0 = __ldcg(meta + maxb + b), cnt = __ldcg(meta + 2 * maxb + b);
+  const bool shared = e == E;
+  for (int r = tid; r < BM; r += THREADS) {
+    const int pos = row0 + r;
+    int tk = 0, pair = pos;
+    float w = 1.f;
+    if (r < cnt) {
+      if (pos >= N) {
+        tk = pos - N;
+      } else {
+        pair = __ldcg(sorted + pos);
+        tk = pair / k_top;
+        w = __ldcg(topk_w + pair);
+      }
+    }
+    src[r] = DOWN ? (r < cnt ? pos : 0) : tk;
+    dst[r] = DOWN ? pair : pos;
+    wrow[r] = w;
+  }
+  const int tile = e * (R >> 4) + blockIdx.x * WARPS + warp;
+  const int S = K >> 4, nch = K / CK;
+  const uint4* lp = low + (size_t)tile * (S >> 1) * 32 + lane;
+  const uint4* cp = codes + (size_t)tile * (S >> 2) * 32 + lane;
+  uint4 lo[4], cd[2];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) lo[i] = __ldg(lp + i * 32);
+#pragma unroll
+  for (int i = 0; i < 2; ++i) cd[i] = __ldg(cp + i * 32);
+  const unsigned int bg = (unsigned int)__ldg(base + tile * 16 + g), bg8 = (unsigned int)__ldg(base + tile * 16 + g + 8);
+  const unsigned int base4 = bg | (bg << 8) | (bg8 << 16) | (bg8 << 24);
+  __syncthreads();  // src
+  load_chunk<BM, CK, LD, THREADS>(xs, x, src, cnt, K, 0, 0, tid);
+  if (nch > 1) load_chunk<BM, CK, LD, THREADS>(xs, x, src, cnt, K, 1, 1, tid);
+  else cp_async_commit();
+
+  const int nt = (cnt + 7) >> 3;
+  float c[NT][4];
+#pragma unroll
+  for (int j = 0; j < NT; ++j) c[j][0] = c[j][1] = c[j][2] = c[j][3] = 0.f;
+  float gs[GROWS];
+#pragma unroll
+  for (int q = 0; q < GROWS; ++q) gs[q] = 0.f;
+  const bool gate = !DOWN && shared && sgate;
+  // ldmatrix: lane l gives the address of row (l & 7) of matrix l >> 3: matrices (rows 16jj.., k 0-7), (.., k
+  // 8-15), (rows 16jj + 8.., k 0-7), (.., k 8-15) -> b0, b1 of column group 2jj, then of 2jj + 1
+  const int lrow = (lane & 7) + ((lane >> 4) << 3), lcol = ((lane >> 3) & 1) << 3;
+#pragma unroll 1
+  for (int ch = 0; ch < nch; ++ch) {
+    uint4 lo_n[4], cd_n[2];
+    if (ch + 1 < nch) {
+      lp += 4 * 32;
+      cp += 2 * 32;
+#pragma unroll
+      for (int i = 0; i < 4; ++i) lo_n[i] = __ldg(lp + i * 32);
+#pragma unroll
+      for (int i = 0; i < 2; ++i) cd_n[i] = __ldg(cp + i * 32);
+    }
+    cp_async_wait1();  // chunk ch has landed (only ch + 1 may still be in flight)
+    __syncthreads();   // ... for every thread's copies; and every warp is done with chunk ch - 1's buffer
+    if (ch + 2 < nch) load_chunk<BM, CK, LD, THREADS>(xs, x, src, cnt, K, ch + 2, (ch + 2) % 3, tid);
+    else cp_async_commit();
+    const bf16_t* xb = xs + (ch % 3) * BM * LD;
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      const uint4 v = lo[i >> 1];
+      const uint4 cw = cd[i >> 2];
+      const unsigned int w = (i & 3) == 0 ? cw.x : (i & 3) == 1 ? cw.y : (i & 3) == 2 ? cw.z : cw.w;
+      unsigned int a0, a1, a2, a3;
+      decode8((i & 1) ? v.z : v.x, (i & 1) ? v.w : v.y, w, base4, a0, a1, a2, a3);
+#pragma unroll
+      for (int jj = 0; jj < NT / 2; ++jj) {
+        if (2 * jj < nt) {
+          unsigned int bb[4];
+          ldmatrix_x4(bb, xb + (16 * jj + lrow) * LD + 16 * i + lcol);
+          mma_bf16(c[2 * jj], a0, a1, a2, a3, bb[0], bb[1]);
+          if (2 * jj + 1 < nt) mma_bf16(c[2 * jj + 1], a0, a1, a2, a3, bb[2], bb[3]);
+        }
+      }
+    }
+    if (gate) {  // the shared expert's gate: thread (r, quarter) sums 32 columns of row r
+#pragma unroll
+      for (int q = 0; q < GROWS; ++q) {
+        const int r = (tid >> 2) + q * (THREADS >> 2);
+        if (r < cnt) {
+          const uint4* xr = reinterpret_cast<const uint4*>(xb + r * LD + (tid & 3) * 32);
+          const uint4* sr = reinterpret_cast<const uint4*>(sgate + ch * CK + (tid & 3) * 32);
+          float s = 0.f;
+#pragma unroll
+          for (int u = 0; u < 4; ++u) {
+            const uint4 xv = xr[u], sv = __ldg(sr + u);
+            const unsigned int xw[4] = {xv.x, xv.y, xv.z, xv.w}, sw[4] = {sv.x, sv.y, sv.z, sv.w};
+#pragma unroll
+            for (int m = 0; m < 4; ++m) s += bf16_lo(xw[m]) * bf16_lo(sw[m]) + bf16_hi(xw[m]) * bf16_hi(sw[m]);
+          }
+          gs[q] += s;
+        }
+      }
+    }
+#pragma unroll
+    for (int i = 0; i < 4; ++i) lo[i] = lo_n[i];
+#pragma unroll
+    for (int i = 0; i < 2; ++i) cd[i] = cd_n[i];
+  }
+  if (gate) {
+#pragma unroll
+    for (int q = 0; q < GROWS; ++q) {
+      float s = gs[q];
+      s += __shfl_xor_sync(0xFFFFFFFFu, s, 1);
+      s += __shfl_xor_sync(0xFFFFFFFFu, s, 2);
+      const int r = (tid >> 2) + q * (THREADS >> 2);
+      if ((tid & 3) == 0 && r < cnt) wrow[r] = 1.f / (1.f + __expf(-s));
+    }
+  }
+  // escapes of the thread's rows g and g + 8: + delta * x[source row, col] for its columns
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const int row = tile * 16 + g + 8 * half;
+    const int e1 = __ldg(eptr + row + 1);
+    for (int q = __ldg(eptr + row); q < e1; ++q) {
+      const int col = __ldg(ecol + q);
+      const float d = __ldg(edelta + q);
+#pragma unroll
+      for (int j = 0; j < NT; ++j) {
+#pragma unroll
+        for (int cc = 0; cc < 2; ++cc) {
+          const int n = 8 * j + 2 * t + cc;
+          if (n < cnt) c[j][2 * half + cc] += d * bf16_lo((unsigned int)__ldcg(x + (size_t)src[n] * K + col));
+        }
+      }
+    }
+  }
+  __syncthreads();  // wrow
+  const int tin = blockIdx.x * WARPS + warp;  // the tile within the expert
+#pragma unroll
+  for (int j = 0; j < NT; ++j) {
+#pragma unroll
+    for (int cc = 0; cc < 2; ++cc) {
+      const int n = 8 * j + 2 * t + cc;
+      if (n < cnt) {
+        bf16_t* o = out + (size_t)dst[n] * out_ld;
+        if (DOWN) {  // rows g and g + 8 of the tile are output columns 16 tin + g and + 8
+          o[16 * tin + g] = to_bf16(c[j][cc]);
+          o[16 * tin + g + 8] = to_bf16(c[j][2 + cc]);
+        } else {  // row g is gate column 8 tin + g, row g + 8 the up column of the same index
+          const float gv = c[j][cc], uv = c[j][2 + cc];
+          o[8 * tin + g] = to_bf16(gv / (1.f + __expf(-gv)) * uv * wrow[n]);
+        }
+      }
+    }
+  }
+}
+"""
+)
+
+_P, _I = ctypes.c_void_p, ctypes.c_int
+_PARAMS = (_P, _P, _P, _P, _P, _P, _P, _P, _P, _P, _P, _P, _I, _I, _I, _I, _I, _I, _I)
+
+
+def _launch(
+    out: torch.Tensor,
+    x: torch.Tensor,
+    sg: torch.Tensor | None,
+    topk_weights: torch.Tensor,
+    sorted_pairs: torch.Tensor,
+    meta: torch.Tensor,
+    max_blocks: int,
+    block_m: int,
+    p: MmaPackedBF16,
+    rows: int,
+    warps: int,
+    down: bool,
+    n_experts: int,
+) -> torch.Tensor:
+    """The grouped kernel over the packed matrix p (``rows`` packed rows an expert) into out."""
+    k_top, K = topk_weights.shape[1], x.shape[1]
+    require(
+        block_m in BLOCK_MS and K % CHUNK_K == 0 and (rows // 16) % warps == 0,
+        f"the grouped mma kernels take BLOCK_M in {BLOCK_MS} (got {block_m}), K a multiple of {CHUNK_K} (got {K}) "
+        f"and an expert's {rows // 16} 16-row tiles a multiple of WARPS {warps}",
+    )
+    pdl = pdl_enabled(x)
+    template_kernel(SOURCE, "grouped_mma", (block_m // 8, warps, down, pdl), _PARAMS, x.device).launch(
+        (rows // 16 // warps, max_blocks),
+        32 * warps,
+        (out, x, sg, topk_weights, sorted_pairs, meta, p.low, p.codes, p.base, p.escape_ptr, p.escape_col,
+         p.escape_delta, topk_weights.numel(), K, rows, out.shape[1], n_experts, max_blocks, k_top),
+        shared_mem=3 * block_m * (CHUNK_K + 8) * 2,
+        pdl=pdl,
+    )  # fmt: skip
+    return out
+
+
+def gate_up_grouped_mma(
+    x: torch.Tensor,
+    packed: MmaExperts,
+    shared_expert_gate: torch.Tensor | None,
+    topk_weights: torch.Tensor,
+    sorted_pairs: torch.Tensor,
+    meta: torch.Tensor,
+    max_blocks: int,
+    block_m: int,
+    warps: int = 8,
+    out: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """See ``gate_up_grouped_reference``: x [T, H] bf16 CUDA (normed) -> h [N + T, I] bf16 (into ``out``)."""
+    T, H = x.shape
+    k_top = topk_weights.shape[1]
+    require(
+        x.dtype == torch.bfloat16 and x.is_cuda and x.is_contiguous() and packed.gate_up.shape[1] == H
+        and topk_weights.dtype == torch.float32 and topk_weights.is_contiguous(),
+        "gate_up_grouped_mma takes contiguous bf16 x [T, H] (H the experts' K) and fp32 routing weights",
+    )  # fmt: skip
+    sg = None
+    if shared_expert_gate is not None:
+        sg = shared_expert_gate.reshape(-1)
+        require(sg.numel() == H and sg.is_contiguous(), "gate_up_grouped_mma: the shared gate must be [H]")
+    if out is None:
+        out = torch.empty((T * k_top + T, packed.inter), device=x.device, dtype=x.dtype)
+    rows = 2 * packed.inter
+    args = (topk_weights, sorted_pairs, meta, max_blocks, block_m, packed.gate_up, rows, warps, False)
+    return _launch(out, x, sg, *args, packed.num_experts)
+
+
+def down_grouped_mma(
+    h: torch.Tensor,
+    packed: MmaExperts,
+    topk_weights: torch.Tensor,
+    sorted_pairs: torch.Tensor,
+    meta: torch.Tensor,
+    max_blocks: int,
+    block_m: int,
+    warps: int = 8,
+    out: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """See ``down_grouped_reference``: h [N + T, I] bf16 CUDA -> y [N + T, H] bf16 by pair (into ``out``), for
+    ``triton_prefill.sum_rows``."""
+    require(
+        packed.down is not None and h.dtype == torch.bfloat16 and h.is_cuda and h.is_contiguous()
+        and h.shape[1] == packed.inter,
+        "down_grouped_mma takes the down weights' copy and contiguous bf16 h [N + T, I]",
+    )  # fmt: skip
+    H = packed.down.shape[0] // (packed.num_experts + 1)
+    if out is None:
+        out = torch.empty((h.shape[0], H), device=h.device, dtype=h.dtype)
+    args = (topk_weights, sorted_pairs, meta, max_blocks, block_m, packed.down, H, warps, True)
+    return _launch(out, h, None, *args, packed.num_experts)
