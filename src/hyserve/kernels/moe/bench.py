@@ -304,6 +304,15 @@ def mma_times(top_k: int = 8) -> list[dict]:
     return rows
 
 
+MMA_GROUPED_TILES = (
+    (4, 1),
+    (8, 1),
+    (4, 2),
+    (8, 2),
+    (4, 4),
+)  # (WARPS, RT) variants of the grouped mma kernels
+
+
 def grouped_mma_times(tokens: tuple[int, ...], top_k: int = 8) -> list[dict]:
     """The grouped gate_up (prefill and batched decode) with the plan's routing: the Triton kernel on the bf16
     experts against ``mma_grouped.gate_up_grouped_mma`` over their fragment-ordered 12-bit copy (4 and 8 warps a
@@ -333,10 +342,9 @@ def grouped_mma_times(tokens: tuple[int, ...], top_k: int = 8) -> list[dict]:
         ref = gate_up(x, lay["w_gate_up"], lay["shared_gate_up"], sg, *routed, plan["gate_up"])
         triton_args = (x, lay["w_gate_up"], lay["shared_gate_up"], sg, *routed, plan["gate_up"])
         variants = [("triton plan", functools.partial(gate_up, *triton_args), 1.0)]
-        for warps in (4, 8):
-            if bm in (16, 32, 64, 128) and (two_i // 16) % warps == 0:
-                fn = functools.partial(gate_up_grouped_mma, x, packed, sg, *routed, warps=warps)
-                variants.append((f"mma {warps} warps", fn, 0.75))
+        for tiles in MMA_GROUPED_TILES:
+            fn = functools.partial(gate_up_grouped_mma, x, packed, sg, *routed, tiles=tiles)
+            variants.append((f"mma {tiles[0]}w x {tiles[1]}t", fn, 0.75))
         for name, fn, frac in variants:
             err = rel_err(fn().float(), ref.float())
             us = time_ms(fn, graph=True) * 1e3
@@ -348,9 +356,9 @@ def grouped_mma_times(tokens: tuple[int, ...], top_k: int = 8) -> list[dict]:
         dref = down_scatter_sum(ref, lay["w_down"], lay["shared_down"], *routed[1:], T, top_k, plan["down"])
         variants = [("triton plan", functools.partial(down_scatter_sum, ref, lay["w_down"], lay["shared_down"],
                                                       *routed[1:], T, top_k, plan["down"]), 1.0)]  # fmt: skip
-        for warps in (4, 8):
-            fn = functools.partial(_mma_down_sum, ref, packed, routed, y, T, top_k, warps)
-            variants.append((f"mma {warps} warps", fn, 0.75))
+        for tiles in MMA_GROUPED_TILES:
+            fn = functools.partial(_mma_down_sum, ref, packed, routed, y, T, top_k, tiles)
+            variants.append((f"mma {tiles[0]}w x {tiles[1]}t", fn, 0.75))
         for name, fn, frac in variants:
             err = rel_err(fn().float(), dref.float())
             us = time_ms(fn, graph=True) * 1e3
@@ -361,11 +369,11 @@ def grouped_mma_times(tokens: tuple[int, ...], top_k: int = 8) -> list[dict]:
     return rows
 
 
-def _mma_down_sum(h, packed, routed, y, T: int, top_k: int, warps: int) -> torch.Tensor:
+def _mma_down_sum(h, packed, routed, y, T: int, top_k: int, tiles: tuple[int, int]) -> torch.Tensor:
     from hyserve.kernels.moe.mma_grouped import down_grouped_mma
     from hyserve.kernels.moe.triton_prefill import sum_rows
 
-    down_grouped_mma(h, packed, *routed, warps=warps, out=y)
+    down_grouped_mma(h, packed, *routed, tiles=tiles, out=y)
     return sum_rows(y, torch.empty((T, y.shape[1]), device=y.device, dtype=y.dtype), T, top_k, True, False)
 
 

@@ -39,14 +39,16 @@ from hyserve.kernels.pdl import enabled as pdl_enabled
 
 CHUNK_K = 128  # x columns a shared-memory chunk holds (8 k16 steps: one weight chunk of a thread)
 BLOCK_MS = (16, 32, 64, 128)  # the routing's BLOCK_M values the kernel is built for (8-token column groups)
+# (WARPS a CTA, RT 16-row tiles a warp) by BLOCK_M; ``tiles=`` overrides (bench)
+PLANS = {16: (4, 1), 32: (4, 1), 64: (8, 1), 128: (8, 1)}
 
 
 def grouped_mma_takes(packed: MmaExperts, block_m: int, hidden: int) -> bool:
-    """Whether the grouped kernels take these experts at this routing block size (8 warps a CTA)."""
-    inter = packed.inter
-    return (
-        block_m in BLOCK_MS and hidden % CHUNK_K == 0 and inter % CHUNK_K == 0 and (2 * inter // 16) % 8 == 0
-    )
+    """Whether the grouped kernels take these experts at this routing block size (with its plan's tiles)."""
+    if block_m not in PLANS or hidden % CHUNK_K or packed.inter % CHUNK_K:
+        return False
+    warps, rt = PLANS[block_m]
+    return (2 * packed.inter // 16) % (warps * rt) == 0 and (hidden // 16) % (warps * rt) == 0
 
 
 def gate_up_grouped_reference(
@@ -139,11 +141,11 @@ __device__ __forceinline__ void load_chunk(bf16_t* xs, const bf16_t* x, const in
   cp_async_commit();
 }
 
-// grid (R / 16 / WARPS, MAXB), R the packed rows an expert has (2I for gate_up, H for down); NT = BLOCK_M / 8
+// grid (R / 16 / (WARPS RT), MAXB), R the packed rows an expert has (2I for gate_up, H for down); NT = BLOCK_M / 8
 // column groups of 8 rows. gate_up (!DOWN): x [T, K] gathered by token, out = h [N + T, I] by routing row, the
 // SwiGLU and the row's weight applied. DOWN: x = h [N + T, K = I] by routing row, out = y [N + T, H] by pair
 // (row t k + j: token t's slot j; row N + t its shared expert's)
-template <int NT, int WARPS, bool DOWN, bool PDL>
+template <int NT, int WARPS, int RT, bool DOWN, bool PDL>
 __global__ void __launch_bounds__(32 * WARPS) grouped_mma(
     bf16_t* __restrict__ out, const bf16_t* __restrict__ x, const bf16_t* __restrict__ sgate,
     const float* __restrict__ topk_w, const int* __restrict__ sorted, const int* __restrict__ meta,
@@ -178,26 +180,34 @@ __global__ void __launch_bounds__(32 * WARPS) grouped_mma(
     dst[r] = DOWN ? pair : pos;
     wrow[r] = w;
   }
-  const int tile = e * (R >> 4) + blockIdx.x * WARPS + warp;
+  // the warp's RT consecutive tiles of the expert (tile0 + rt), each streamed over all of K
+  const int tin0 = (blockIdx.x * WARPS + warp) * RT, tile0 = e * (R >> 4) + tin0;
   const int S = K >> 4, nch = K / CK;
-  const uint4* lp = low + (size_t)tile * (S >> 1) * 32 + lane;
-  const uint4* cp = codes + (size_t)tile * (S >> 2) * 32 + lane;
-  uint4 lo[4], cd[2];
+  const uint4* lp = low + (size_t)tile0 * (S >> 1) * 32 + lane;
+  const uint4* cp = codes + (size_t)tile0 * (S >> 2) * 32 + lane;
+  uint4 lo[RT][4], cd[RT][2];
+  unsigned int base4[RT];
 #pragma unroll
-  for (int i = 0; i < 4; ++i) lo[i] = __ldg(lp + i * 32);
+  for (int rt = 0; rt < RT; ++rt) {
 #pragma unroll
-  for (int i = 0; i < 2; ++i) cd[i] = __ldg(cp + i * 32);
-  const unsigned int bg = (unsigned int)__ldg(base + tile * 16 + g), bg8 = (unsigned int)__ldg(base + tile * 16 + g + 8);
-  const unsigned int base4 = bg | (bg << 8) | (bg8 << 16) | (bg8 << 24);
+    for (int i = 0; i < 4; ++i) lo[rt][i] = __ldg(lp + (size_t)rt * (S >> 1) * 32 + i * 32);
+#pragma unroll
+    for (int i = 0; i < 2; ++i) cd[rt][i] = __ldg(cp + (size_t)rt * (S >> 2) * 32 + i * 32);
+    const int r0 = (tile0 + rt) * 16;
+    const unsigned int bg = (unsigned int)__ldg(base + r0 + g), bg8 = (unsigned int)__ldg(base + r0 + g + 8);
+    base4[rt] = bg | (bg << 8) | (bg8 << 16) | (bg8 << 24);
+  }
   __syncthreads();  // src
   load_chunk<BM, CK, LD, THREADS>(xs, x, src, cnt, K, 0, 0, tid);
   if (nch > 1) load_chunk<BM, CK, LD, THREADS>(xs, x, src, cnt, K, 1, 1, tid);
   else cp_async_commit();
 
   const int nt = (cnt + 7) >> 3;
-  float c[NT][4];
+  float c[RT][NT][4];
 #pragma unroll
-  for (int j = 0; j < NT; ++j) c[j][0] = c[j][1] = c[j][2] = c[j][3] = 0.f;
+  for (int rt = 0; rt < RT; ++rt)
+#pragma unroll
+    for (int j = 0; j < NT; ++j) c[rt][j][0] = c[rt][j][1] = c[rt][j][2] = c[rt][j][3] = 0.f;
   float gs[GROWS];
 #pragma unroll
   for (int q = 0; q < GROWS; ++q) gs[q] = 0.f;
@@ -207,14 +217,17 @@ __global__ void __launch_bounds__(32 * WARPS) grouped_mma(
   const int lrow = (lane & 7) + ((lane >> 4) << 3), lcol = ((lane >> 3) & 1) << 3;
 #pragma unroll 1
   for (int ch = 0; ch < nch; ++ch) {
-    uint4 lo_n[4], cd_n[2];
+    uint4 lo_n[RT][4], cd_n[RT][2];
     if (ch + 1 < nch) {
       lp += 4 * 32;
       cp += 2 * 32;
 #pragma unroll
-      for (int i = 0; i < 4; ++i) lo_n[i] = __ldg(lp + i * 32);
+      for (int rt = 0; rt < RT; ++rt) {
 #pragma unroll
-      for (int i = 0; i < 2; ++i) cd_n[i] = __ldg(cp + i * 32);
+        for (int i = 0; i < 4; ++i) lo_n[rt][i] = __ldg(lp + (size_t)rt * (S >> 1) * 32 + i * 32);
+#pragma unroll
+        for (int i = 0; i < 2; ++i) cd_n[rt][i] = __ldg(cp + (size_t)rt * (S >> 2) * 32 + i * 32);
+      }
     }
     cp_async_wait1();  // chunk ch has landed (only ch + 1 may still be in flight)
     __syncthreads();   // ... for every thread's copies; and every warp is done with chunk ch - 1's buffer
@@ -223,18 +236,24 @@ __global__ void __launch_bounds__(32 * WARPS) grouped_mma(
     const bf16_t* xb = xs + (ch % 3) * BM * LD;
 #pragma unroll
     for (int i = 0; i < 8; ++i) {
-      const uint4 v = lo[i >> 1];
-      const uint4 cw = cd[i >> 2];
-      const unsigned int w = (i & 3) == 0 ? cw.x : (i & 3) == 1 ? cw.y : (i & 3) == 2 ? cw.z : cw.w;
-      unsigned int a0, a1, a2, a3;
-      decode8((i & 1) ? v.z : v.x, (i & 1) ? v.w : v.y, w, base4, a0, a1, a2, a3);
+      unsigned int a[RT][4];
+#pragma unroll
+      for (int rt = 0; rt < RT; ++rt) {
+        const uint4 v = lo[rt][i >> 1];
+        const uint4 cw = cd[rt][i >> 2];
+        const unsigned int w = (i & 3) == 0 ? cw.x : (i & 3) == 1 ? cw.y : (i & 3) == 2 ? cw.z : cw.w;
+        decode8((i & 1) ? v.z : v.x, (i & 1) ? v.w : v.y, w, base4[rt], a[rt][0], a[rt][1], a[rt][2], a[rt][3]);
+      }
 #pragma unroll
       for (int jj = 0; jj < NT / 2; ++jj) {
         if (2 * jj < nt) {
           unsigned int bb[4];
           ldmatrix_x4(bb, xb + (16 * jj + lrow) * LD + 16 * i + lcol);
-          mma_bf16(c[2 * jj], a0, a1, a2, a3, bb[0], bb[1]);
-          if (2 * jj + 1 < nt) mma_bf16(c[2 * jj + 1], a0, a1, a2, a3, bb[2], bb[3]);
+#pragma unroll
+          for (int rt = 0; rt < RT; ++rt) {
+            mma_bf16(c[rt][2 * jj], a[rt][0], a[rt][1], a[rt][2], a[rt][3], bb[0], bb[1]);
+            if (2 * jj + 1 < nt) mma_bf16(c[rt][2 * jj + 1], a[rt][0], a[rt][1], a[rt][2], a[rt][3], bb[2], bb[3]);
+          }
         }
       }
     }
@@ -258,9 +277,12 @@ __global__ void __launch_bounds__(32 * WARPS) grouped_mma(
       }
     }
 #pragma unroll
-    for (int i = 0; i < 4; ++i) lo[i] = lo_n[i];
+    for (int rt = 0; rt < RT; ++rt) {
 #pragma unroll
-    for (int i = 0; i < 2; ++i) cd[i] = cd_n[i];
+      for (int i = 0; i < 4; ++i) lo[rt][i] = lo_n[rt][i];
+#pragma unroll
+      for (int i = 0; i < 2; ++i) cd[rt][i] = cd_n[rt][i];
+    }
   }
   if (gate) {
 #pragma unroll
@@ -274,37 +296,44 @@ __global__ void __launch_bounds__(32 * WARPS) grouped_mma(
   }
   // escapes of the thread's rows g and g + 8: + delta * x[source row, col] for its columns
 #pragma unroll
-  for (int half = 0; half < 2; ++half) {
-    const int row = tile * 16 + g + 8 * half;
-    const int e1 = __ldg(eptr + row + 1);
-    for (int q = __ldg(eptr + row); q < e1; ++q) {
-      const int col = __ldg(ecol + q);
-      const float d = __ldg(edelta + q);
+  for (int rt = 0; rt < RT; ++rt) {
 #pragma unroll
-      for (int j = 0; j < NT; ++j) {
+    for (int half = 0; half < 2; ++half) {
+      const int row = (tile0 + rt) * 16 + g + 8 * half;
+      const int e1 = __ldg(eptr + row + 1);
+      for (int q = __ldg(eptr + row); q < e1; ++q) {
+        const int col = __ldg(ecol + q);
+        const float d = __ldg(edelta + q);
 #pragma unroll
-        for (int cc = 0; cc < 2; ++cc) {
-          const int n = 8 * j + 2 * t + cc;
-          if (n < cnt) c[j][2 * half + cc] += d * bf16_lo((unsigned int)__ldcg(x + (size_t)src[n] * K + col));
+        for (int j = 0; j < NT; ++j) {
+#pragma unroll
+          for (int cc = 0; cc < 2; ++cc) {
+            const int n = 8 * j + 2 * t + cc;
+            if (n < cnt)
+              c[rt][j][2 * half + cc] += d * bf16_lo((unsigned int)__ldcg(x + (size_t)src[n] * K + col));
+          }
         }
       }
     }
   }
   __syncthreads();  // wrow
-  const int tin = blockIdx.x * WARPS + warp;  // the tile within the expert
 #pragma unroll
-  for (int j = 0; j < NT; ++j) {
+  for (int rt = 0; rt < RT; ++rt) {
+    const int tin = tin0 + rt;  // the tile within the expert
 #pragma unroll
-    for (int cc = 0; cc < 2; ++cc) {
-      const int n = 8 * j + 2 * t + cc;
-      if (n < cnt) {
-        bf16_t* o = out + (size_t)dst[n] * out_ld;
-        if (DOWN) {  // rows g and g + 8 of the tile are output columns 16 tin + g and + 8
-          o[16 * tin + g] = to_bf16(c[j][cc]);
-          o[16 * tin + g + 8] = to_bf16(c[j][2 + cc]);
-        } else {  // row g is gate column 8 tin + g, row g + 8 the up column of the same index
-          const float gv = c[j][cc], uv = c[j][2 + cc];
-          o[8 * tin + g] = to_bf16(gv / (1.f + __expf(-gv)) * uv * wrow[n]);
+    for (int j = 0; j < NT; ++j) {
+#pragma unroll
+      for (int cc = 0; cc < 2; ++cc) {
+        const int n = 8 * j + 2 * t + cc;
+        if (n < cnt) {
+          bf16_t* o = out + (size_t)dst[n] * out_ld;
+          if (DOWN) {  // rows g and g + 8 of the tile are output columns 16 tin + g and + 8
+            o[16 * tin + g] = to_bf16(c[rt][j][cc]);
+            o[16 * tin + g + 8] = to_bf16(c[rt][j][2 + cc]);
+          } else {  // row g is gate column 8 tin + g, row g + 8 the up column of the same index
+            const float gv = c[rt][j][cc], uv = c[rt][j][2 + cc];
+            o[8 * tin + g] = to_bf16(gv / (1.f + __expf(-gv)) * uv * wrow[n]);
+          }
         }
       }
     }
@@ -329,19 +358,20 @@ def _launch(
     p: MmaPackedBF16,
     rows: int,
     warps: int,
+    rt: int,
     down: bool,
     n_experts: int,
 ) -> torch.Tensor:
     """The grouped kernel over the packed matrix p (``rows`` packed rows an expert) into out."""
     k_top, K = topk_weights.shape[1], x.shape[1]
     require(
-        block_m in BLOCK_MS and K % CHUNK_K == 0 and (rows // 16) % warps == 0,
+        block_m in BLOCK_MS and K % CHUNK_K == 0 and (rows // 16) % (warps * rt) == 0,
         f"the grouped mma kernels take BLOCK_M in {BLOCK_MS} (got {block_m}), K a multiple of {CHUNK_K} (got {K}) "
-        f"and an expert's {rows // 16} 16-row tiles a multiple of WARPS {warps}",
+        f"and an expert's {rows // 16} 16-row tiles a multiple of WARPS x RT = {warps} x {rt}",
     )
     pdl = pdl_enabled(x)
-    template_kernel(SOURCE, "grouped_mma", (block_m // 8, warps, down, pdl), _PARAMS, x.device).launch(
-        (rows // 16 // warps, max_blocks),
+    template_kernel(SOURCE, "grouped_mma", (block_m // 8, warps, rt, down, pdl), _PARAMS, x.device).launch(
+        (rows // 16 // (warps * rt), max_blocks),
         32 * warps,
         (out, x, sg, topk_weights, sorted_pairs, meta, p.low, p.codes, p.base, p.escape_ptr, p.escape_col,
          p.escape_delta, topk_weights.numel(), K, rows, out.shape[1], n_experts, max_blocks, k_top),
@@ -360,7 +390,7 @@ def gate_up_grouped_mma(
     meta: torch.Tensor,
     max_blocks: int,
     block_m: int,
-    warps: int = 8,
+    tiles: tuple[int, int] | None = None,
     out: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """See ``gate_up_grouped_reference``: x [T, H] bf16 CUDA (normed) -> h [N + T, I] bf16 (into ``out``)."""
@@ -378,7 +408,8 @@ def gate_up_grouped_mma(
     if out is None:
         out = torch.empty((T * k_top + T, packed.inter), device=x.device, dtype=x.dtype)
     rows = 2 * packed.inter
-    args = (topk_weights, sorted_pairs, meta, max_blocks, block_m, packed.gate_up, rows, warps, False)
+    tw = tiles or PLANS[block_m]
+    args = (topk_weights, sorted_pairs, meta, max_blocks, block_m, packed.gate_up, rows, *tw, False)
     return _launch(out, x, sg, *args, packed.num_experts)
 
 
@@ -390,7 +421,7 @@ def down_grouped_mma(
     meta: torch.Tensor,
     max_blocks: int,
     block_m: int,
-    warps: int = 8,
+    tiles: tuple[int, int] | None = None,
     out: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """See ``down_grouped_reference``: h [N + T, I] bf16 CUDA -> y [N + T, H] bf16 by pair (into ``out``), for
@@ -403,5 +434,6 @@ def down_grouped_mma(
     H = packed.down.shape[0] // (packed.num_experts + 1)
     if out is None:
         out = torch.empty((h.shape[0], H), device=h.device, dtype=h.dtype)
-    args = (topk_weights, sorted_pairs, meta, max_blocks, block_m, packed.down, H, warps, True)
+    tw = tiles or PLANS[block_m]
+    args = (topk_weights, sorted_pairs, meta, max_blocks, block_m, packed.down, H, *tw, True)
     return _launch(out, h, None, *args, packed.num_experts)

@@ -121,3 +121,16 @@ def test_down_and_sum_match_the_triton_down(experts):
     y = down_grouped_mma(h, packed, rt.topk_weights, *blocks)
     mma = sum_rows(y, torch.empty(T, HIDDEN, device="cuda", dtype=torch.bfloat16), T, TOP_K, True, False)
     assert rel_err(mma.float(), triton.float()) < 1e-2
+
+
+@pytest.mark.parametrize("T,block_m", [(200, 32), (1024, 64)])
+@pytest.mark.parametrize("tiles", [(4, 2), (8, 2)])
+def test_row_tiles_match_reference(experts, T, block_m, tiles):
+    """RT 16-row tiles a warp (one B fragment for RT mma's): the same results as the reference, gate_up and down."""
+    w, shared, sg, packed = experts
+    x, rt = _routing(T, block_m, seed=7 * T)
+    routed = (rt.topk_weights, rt.sorted_pairs, rt.meta, rt.max_blocks)
+    h = gate_up_grouped_mma(x, packed, sg, *routed, block_m, tiles=tiles)
+    assert rel_err(h.float(), gate_up_grouped_reference(x, packed, sg, *routed).float()) < 1e-2
+    y = down_grouped_mma(h, packed, *routed, block_m, tiles=tiles)
+    assert rel_err(y.float(), down_grouped_reference(h, packed, *routed).float()) < 1e-2
