@@ -39,8 +39,11 @@ from hyserve.kernels.pdl import enabled as pdl_enabled
 
 CHUNK_K = 128  # x columns a shared-memory chunk holds (8 k16 steps: one weight chunk of a thread)
 BLOCK_MS = (16, 32, 64, 128)  # the routing's BLOCK_M values the kernel is built for (8-token column groups)
-# (WARPS a CTA, RT 16-row tiles a warp) by BLOCK_M; ``tiles=`` overrides (bench)
-PLANS = {16: (4, 1), 32: (4, 1), 64: (8, 1), 128: (8, 1)}
+# (WARPS a CTA, RT 16-row tiles a warp) by BLOCK_M where the kernels beat the Triton plans (``tiles=`` overrides:
+# bench, tests). Not at BLOCK_M 64 / 128 (the plans' from ~1024 tokens): there the mma.sync kernels are bound by
+# issue, not bytes (H100, 2026-12-06: gate_up 404 us against 397 at 1024 tokens, 1023 against 432 at 2048)
+PLANS = {16: (4, 1), 32: (4, 1)}
+UNPLANNED_TILES = (8, 1)  # a direct call at another BLOCK_M (tests, bench)
 
 
 def grouped_mma_takes(packed: MmaExperts, block_m: int, hidden: int) -> bool:
@@ -408,7 +411,7 @@ def gate_up_grouped_mma(
     if out is None:
         out = torch.empty((T * k_top + T, packed.inter), device=x.device, dtype=x.dtype)
     rows = 2 * packed.inter
-    tw = tiles or PLANS[block_m]
+    tw = tiles or PLANS.get(block_m, UNPLANNED_TILES)
     args = (topk_weights, sorted_pairs, meta, max_blocks, block_m, packed.gate_up, rows, *tw, False)
     return _launch(out, x, sg, *args, packed.num_experts)
 
@@ -434,6 +437,6 @@ def down_grouped_mma(
     H = packed.down.shape[0] // (packed.num_experts + 1)
     if out is None:
         out = torch.empty((h.shape[0], H), device=h.device, dtype=h.dtype)
-    tw = tiles or PLANS[block_m]
+    tw = tiles or PLANS.get(block_m, UNPLANNED_TILES)
     args = (topk_weights, sorted_pairs, meta, max_blocks, block_m, packed.down, H, *tw, True)
     return _launch(out, h, None, *args, packed.num_experts)
