@@ -63,9 +63,9 @@ def add_engine_arguments(parser: argparse.ArgumentParser, model_required: bool =
     g.add_argument(
         "--mma-experts",
         action="store_true",
-        help="also stream the experts' gate_up weights of one-token steps as lossless 12-bit copies through the "
-        "tensor-core kernel (~32 GB more GPU memory for Qwen3.6-35B-A3B; layers/mma_projections.py). "
-        "Experimental: timed alone, not yet in the step on the H200",
+        help="keep lossless 12-bit copies of the experts' gate_up and down weights, which the grouped expert kernels "
+        "of short prefills and batched decode (routing blocks of up to 32 tokens) stream through tensor-core kernels "
+        "(~48 GB more GPU memory for Qwen3.6-35B-A3B; layers/mma_projections.py, kernels/moe/mma_grouped.py)",
     )
     g.add_argument(
         "--pack-weights",

@@ -1,6 +1,6 @@
-"""The routed in-projections (and, with ``--mma-experts``, the experts' gate_up) streamed at one token as
-fragment-ordered 12-bit copies (optional features: ``--no-mma-projections`` turns the first off;
-``kernels/mma_gemv`` has the format and the GEMV, ``kernels/moe/mma_pairs.py`` the gate_up).
+"""The routed in-projections streamed at one token, and with ``--mma-experts`` the experts' weights in prefills and
+batched decode, as fragment-ordered 12-bit copies (optional features: ``--no-mma-projections`` turns the first off;
+``kernels/mma_gemv`` has the format and the GEMV, ``kernels/moe/mma_grouped.py`` the expert kernels).
 
 Each MoE decoder layer's in-projection with the router's rows (``RoutedProjections.w_in``: in_proj or qkv, plus
 256 rows) keeps a lossless 12-bit copy in ``mma.m16n8k16`` fragment order, which the one-token step streams instead
@@ -17,7 +17,7 @@ import torch
 from torch import nn
 
 from hyserve.kernels.mma_gemv import mma_plan, pack_mma
-from hyserve.kernels.moe.mma_pairs import pack_mma_experts
+from hyserve.kernels.moe.mma_experts import pack_mma_experts
 
 
 def prepare_mma_projections(model: nn.Module) -> int:
@@ -44,7 +44,7 @@ def prepare_mma_projections(model: nn.Module) -> int:
 def prepare_mma_experts(model: nn.Module) -> int:
     """``--mma-experts``: the gate_up and the down weights of every routed MoE block (routed experts and the shared
     expert) as fragment-ordered 12-bit copies, which the grouped expert kernels of prefills and batched decode
-    stream (``moe/mma_grouped.py``) and one-token steps' gate_up (``moe/mma_pairs.py``); returns the copies' bytes
+    stream (``moe/mma_grouped.py``; one-token steps keep the bf16 weights); returns the copies' bytes
     (~48 GB for Qwen3.6-35B-A3B)."""
     total = 0
     for layer in model.model.layers:

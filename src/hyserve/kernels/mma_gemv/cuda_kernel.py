@@ -23,7 +23,7 @@ import torch
 
 from hyserve.kernels.nvrtc import Kernel, template_kernel
 
-# device helpers shared with the other kernels over the fragment-ordered format (``moe/mma_pairs.py``)
+# device helpers shared with the other kernels over the fragment-ordered format (``moe/mma_grouped.py``)
 HELPERS = r"""
 typedef unsigned short bf16_t;
 

@@ -19,7 +19,7 @@ from hyserve.kernels.dispatch import triton_enabled
 from hyserve.kernels.moe.reference import fused_moe_reference, route_reference
 
 if TYPE_CHECKING:
-    from hyserve.kernels.moe.mma_pairs import MmaExperts
+    from hyserve.kernels.moe.mma_experts import MmaExperts
     from hyserve.kernels.moe.triton_pairs_packed import PackedExperts
 
 _DTYPES = (torch.float16, torch.bfloat16, torch.float32)
@@ -44,7 +44,7 @@ def fused_moe(
     """x: [..., H] -> [..., H] in x's dtype (the contract of ``fused_moe_reference``: the block's pre-norm
     and, with a residual, the residual add in place, the residual returned). ``routing`` (topk_ids [T, k] int32, their raw
     logits [T, k] fp32 before the pre-norm's rstd): taken by ``kernels/routed_projection``; no router runs.
-    ``packed``: the experts' 12-bit copies (``pack_experts``, or ``mma_pairs.pack_mma_experts``' gate_up copy),
+    ``packed``: the experts' 12-bit copies (``pack_experts``, or ``mma_experts.pack_mma_experts``' copies),
     streamed instead by the few-token kernels."""
     if residual is not None and residual.shape != x.shape:
         raise ValueError(f"residual {tuple(residual.shape)} must have x's shape {tuple(x.shape)}")

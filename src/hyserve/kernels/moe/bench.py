@@ -258,52 +258,6 @@ def pairs_times(top_k: int = 8) -> list[tuple[str, dict, float, float, float]]:
     return out
 
 
-def mma_times(top_k: int = 8) -> list[dict]:
-    """At T=1 with a given routing (ids and raw logits, the pre-norm inside, as the routed projections run it):
-    the Triton gate_up plan on the bf16 experts against ``mma_pairs.gate_up_mma`` over their fragment-ordered
-    12-bit copy at each SPLIT, over PAIRS_LAYERS layers (L2-cold); us a launch, rel err against the reference."""
-    from hyserve.kernels.moe.configs import get_plan
-    from hyserve.kernels.moe.mma_pairs import gate_up_mma, gate_up_mma_reference, pack_mma_experts
-    from hyserve.kernels.moe.triton_pairs import gate_up_pairs
-    from hyserve.kernels.testing import rel_err
-
-    layers = [make_layer(seed=i) for i in range(PAIRS_LAYERS)]
-    E, two_i, H = layers[0]["w_gate_up"].shape
-    x = make_x(1, H)
-    nw = (torch.randn(H, device="cuda") * 0.1).bfloat16()
-    gen = torch.Generator(device="cuda").manual_seed(5)
-    ids = [torch.randperm(E, device="cuda", generator=gen)[:top_k].int()[None].contiguous() for _ in layers]
-    raw = torch.randn(1, top_k, device="cuda").sort(descending=True).values.contiguous()
-    packs = [pack_mma_experts(lay["w_gate_up"], lay["shared_gate_up"]) for lay in layers]
-    plan = get_plan(1, E, H, two_i // 2, top_k, x.dtype)["gate_up"]
-    nbytes = (top_k + 1) * H * two_i * 2
-    ref = gate_up_mma_reference(x, packs[0], ids[0], raw, nw, 1e-6, layers[0]["shared_expert_gate"])
-    rows = []
-
-    def triton(i: int) -> torch.Tensor:
-        lay = layers[i]
-        return gate_up_pairs(x, lay["w_gate_up"], lay["shared_gate_up"], lay["shared_expert_gate"], ids[i], raw,
-                             plan, norm_weight=nw, norm_eps=1e-6)  # fmt: skip
-
-    def mma(i: int, split: int) -> torch.Tensor:
-        return gate_up_mma(x, packs[i], ids[i], raw, nw, 1e-6, layers[i]["shared_expert_gate"], split=split)
-
-    variants = [("triton plan", triton)] + [
-        (f"mma SPLIT {sp}", lambda i, sp=sp: mma(i, sp)) for sp in (2, 4, 8) if H % (128 * sp) == 0
-    ]
-    for name, fn in variants:
-        err = rel_err(fn(0).float(), ref.float())
-        us = time_ms(lambda fn=fn: [fn(i) for i in range(len(layers))], graph=True) * 1e3 / len(layers)
-        rows.append(
-            dict(kernel=name, us=us, pct_bf16_floor=100 * nbytes / (us * 1e-6) / HBM_BPS, rel_err=err)
-        )
-        print(
-            f"gate_up {name:14s} {us:7.2f} us {rows[-1]['pct_bf16_floor']:5.1f}% rel err {err:.2e}",
-            flush=True,
-        )
-    return rows
-
-
 MMA_GROUPED_TILES = (
     (4, 1),
     (8, 1),
@@ -319,8 +273,8 @@ def grouped_mma_times(tokens: tuple[int, ...], top_k: int = 8) -> list[dict]:
     CTA); us a launch (graph-replayed), % of 4.0 TB/s for the touched experts' bf16 and 12-bit bytes, rel err of
     the mma kernel against the Triton kernel's h."""
     from hyserve.kernels.moe.configs import get_plan
+    from hyserve.kernels.moe.mma_experts import pack_mma_experts
     from hyserve.kernels.moe.mma_grouped import gate_up_grouped_mma
-    from hyserve.kernels.moe.mma_pairs import pack_mma_experts
     from hyserve.kernels.moe.routing import route_and_align
     from hyserve.kernels.moe.triton_gate_up import gate_up
     from hyserve.kernels.moe.triton_prefill import down_scatter_sum
@@ -497,7 +451,6 @@ def main() -> None:
     ap.add_argument("--breakdown", action="store_true")
     ap.add_argument("--routing", action="store_true", help="time the routing variants only (us, nan: wrong)")
     ap.add_argument("--pairs", action="store_true", help="time the T=1 pairs kernels' tile/stage variants")
-    ap.add_argument("--mma", action="store_true", help="time the T=1 gate_up on tensor cores (mma_pairs.py)")
     ap.add_argument(
         "--mma-grouped", action="store_true", help="time the grouped gate_up on tensor cores at --tokens"
     )
@@ -505,9 +458,6 @@ def main() -> None:
     assert torch.cuda.is_available(), "the benchmark needs the GPU"
     if a.mma_grouped:
         grouped_mma_times(tuple(int(t) for t in a.tokens.split(",")))
-        return
-    if a.mma:
-        mma_times()
         return
     if a.pairs:
         pairs_times()

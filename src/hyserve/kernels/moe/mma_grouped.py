@@ -7,7 +7,7 @@ one expert; rows < N are pairs in expert order, row N + t token t of the shared 
 I]``: ``h[r] = w_r silu(x[t_r] W_g[e_r]^T) (x[t_r] W_u[e_r]^T)``, w_r the pair's routing weight or, for the
 shared expert, ``sigmoid(x[t] . shared_expert_gate)``. x is the block's input after its pre-norm (bf16).
 
-The packed matrix is ``mma_pairs.pack_mma_experts``' (each expert's gate_up rows in 16-row tiles of 8 gate rows
+The packed matrix is ``mma_experts.pack_mma_experts``' (each expert's gate_up rows in 16-row tiles of 8 gate rows
 and the 8 up rows of the same intermediate indices; the shared expert as expert E). A CTA takes WARPS tiles of
 one block; warp w streams tile ``8 blockIdx.x + w`` over all of K, decoding each k16 step's weights straight
 into ``mma.m16n8k16``'s A registers (as ``kernels/mma_gemv`` does) and using them for every 8-token column
@@ -33,7 +33,7 @@ import torch
 from hyserve.kernels.contracts import require
 from hyserve.kernels.mma_gemv import MmaPackedBF16
 from hyserve.kernels.mma_gemv.cuda_kernel import HELPERS
-from hyserve.kernels.moe.mma_pairs import MmaExperts, unpack_mma_down, unpack_mma_experts
+from hyserve.kernels.moe.mma_experts import MmaExperts, unpack_mma_down, unpack_mma_experts
 from hyserve.kernels.nvrtc import template_kernel
 from hyserve.kernels.pdl import enabled as pdl_enabled
 

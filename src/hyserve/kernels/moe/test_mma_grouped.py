@@ -1,20 +1,20 @@
 """mma_grouped: on the GPU, the CUDA grouped gate_up and down over the experts' 12-bit copies against their
 references (fp32 from the unpacked weights) at the model's shapes, NaN-poisoned, for each BLOCK_M the plans take,
 PDL on and off, with and without the shared expert's gate; and against the Triton grouped kernels on the bf16
-weights. (The layout and its bit-exact round trip are ``test_mma_pairs.py``'s CPU tests.)"""
+weights. (The layout and its bit-exact round trip are ``test_mma_experts.py``'s CPU tests.)"""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
+from hyserve.kernels.moe.mma_experts import pack_mma_experts, unpack_mma_down
 from hyserve.kernels.moe.mma_grouped import (
     down_grouped_mma,
     down_grouped_reference,
     gate_up_grouped_mma,
     gate_up_grouped_reference,
 )
-from hyserve.kernels.moe.mma_pairs import pack_mma_experts, unpack_mma_down
 from hyserve.kernels.testing import rel_err
 
 pytestmark = pytest.mark.skipif(

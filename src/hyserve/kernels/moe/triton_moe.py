@@ -37,8 +37,8 @@ import torch.nn.functional as F
 
 from hyserve.kernels.activation.reference import silu_and_mul_reference
 from hyserve.kernels.moe.configs import get_plan
+from hyserve.kernels.moe.mma_experts import MmaExperts
 from hyserve.kernels.moe.mma_grouped import down_grouped_mma, gate_up_grouped_mma, grouped_mma_takes
-from hyserve.kernels.moe.mma_pairs import MmaExperts, gate_up_mma
 from hyserve.kernels.moe.router import route_and_align_fused, route_topk_fused, router_logits_fused
 from hyserve.kernels.moe.routing import route_and_align, route_topk, small_routing
 from hyserve.kernels.moe.triton_decode import MAX_REDUCE_TOKENS, down_reduce
@@ -169,13 +169,9 @@ def fused_moe_triton(
             x = rt.normed_x if norm_weight is not None else x
         else:
             ids, weights = route_topk(F.linear(x, gate_weight), top_k, x.dtype)
-        mma = packed if isinstance(packed, MmaExperts) else None
-        pplan = _packed_plan(packed, x, fuse_shared) if not kw and mma is None else None
+        pplan = _packed_plan(packed, x, fuse_shared) if not kw and isinstance(packed, PackedExperts) else None
         args = (x, w_gate_up, sgu, sg, ids, weights, plan["gate_up"])
-        if mma is not None and routing is not None and T == 1 and fuse_shared and x.dtype == torch.bfloat16:
-            # one token on the tensor-core gate_up over the experts' 12-bit copy; the bf16 down kernel after it
-            h = gate_up_mma(x, mma, ids, weights, routed_norm["norm_weight"], routed_norm["norm_eps"], sg)
-        elif pplan is not None:
+        if pplan is not None:
             h = gate_up_pairs_packed(x, packed.gate_up, packed.inter, packed.shared_gate_up, sg, ids, weights,
                                      pplan["gate_up"], **routed_norm)  # fmt: skip
             res = down_pairs_packed(
