@@ -8,7 +8,7 @@ set -u
 source "$(dirname "$0")/common.sh"
 TAILN=4 run tests 200 python3 -m pytest -q -x -p no:cacheprovider src/hyserve/kernels/moe/test_mma_grouped.py
 grep -q -E "^(FAILED|ERROR)|[0-9]+ failed" $W/tests.log && exit 1
-TAILN=60 run bench 200 python3 -m hyserve.kernels.moe.bench --mma-grouped --tokens "${TOKENS:-32,128,512,1024,2048}"
+TAILN=60 run bench 200 python3 -m hyserve.kernels.moe.bench --mma-grouped --tokens "${TOKENS:-32,128,512,1024}"
 L=${LAYERS:-16}
 LAYERS=$L SIDES="bf16:src mma:src:--mma-experts" ROUNDS=1 REPS=${REPS:-5} TOP=${TOP:-6} KVGB=${KVGB:-4} \
   LENS=${LENS:-128,512,1024} bash scripts/device/ab_prefill.sh
