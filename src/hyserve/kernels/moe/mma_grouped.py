@@ -8,10 +8,10 @@ I]``: ``h[r] = w_r silu(x[t_r] W_g[e_r]^T) (x[t_r] W_u[e_r]^T)``, w_r the pair's
 shared expert, ``sigmoid(x[t] . shared_expert_gate)``. x is the block's input after its pre-norm (bf16).
 
 The packed matrix is ``mma_experts.pack_mma_experts``' (each expert's gate_up rows in 16-row tiles of 8 gate rows
-and the 8 up rows of the same intermediate indices; the shared expert as expert E). A CTA takes WARPS tiles of
-one block; warp w streams tile ``8 blockIdx.x + w`` over all of K, decoding each k16 step's weights straight
+and the 8 up rows of the same intermediate indices; the shared expert as expert E). A CTA takes WARPS x RT tiles
+of one block; warp w streams its RT consecutive tiles over all of K, decoding each k16 step's weights straight
 into ``mma.m16n8k16``'s A registers (as ``kernels/mma_gemv`` does) and using them for every 8-token column
-group of the block: the tokens are the B operand. The block's gathered x rows pass through shared memory in
+group of the block: the tokens are the B operand (one ``ldmatrix`` of B feeds RT mma's). The block's gathered x rows pass through shared memory in
 chunks of 128 columns (``cp.async``, three buffers, one barrier a chunk), read by ``ldmatrix``. A thread's C
 registers hold gate row g and up row g of the same tokens, so the SwiGLU and the weight are applied in
 registers. Escapes (values outside a row's 12-bit window) add ``delta * x[t, col]`` before the SwiGLU.
@@ -20,8 +20,13 @@ registers. Escapes (values outside a row's 12-bit window) add ``delta * x[t, col
 expert last: 16 output columns a tile), with h's rows of the block as the B operand (contiguous, no gather) and
 each result written to the row of its pair.
 
-The grid is (rows of an expert / 16 / WARPS, MAXB): blocks past the routing's block count exit at once (CUDA-graph safe), and
-the CTAs of one block are adjacent, so its x rows are read from HBM once.
+The grid is (rows of an expert / 16 / (WARPS RT), MAXB): blocks past the routing's block count exit at once
+(CUDA-graph safe), and the CTAs of one block are adjacent, so its x rows are read from HBM once.
+
+Where it wins (``PLANS``): blocks of up to 32 tokens (short prefills, batched decode), ~15-20% under the Triton
+kernels (the H100 rows of docs/performance.md, 2026-12-06). With full blocks of 64-128 tokens (prefills from ~1024
+tokens) it is bound by instruction issue, not bytes (one 16-row A tile a warp in mma.sync), and the Triton kernels
+(wgmma) stay; wgmma with the decoded A from registers is the way there.
 """
 
 from __future__ import annotations
@@ -41,7 +46,8 @@ CHUNK_K = 128  # x columns a shared-memory chunk holds (8 k16 steps: one weight 
 BLOCK_MS = (16, 32, 64, 128)  # the routing's BLOCK_M values the kernel is built for (8-token column groups)
 # (WARPS a CTA, RT 16-row tiles a warp) by BLOCK_M where the kernels beat the Triton plans (``tiles=`` overrides:
 # bench, tests). Not at BLOCK_M 64 / 128 (the plans' from ~1024 tokens): there the mma.sync kernels are bound by
-# issue, not bytes (H100, 2026-12-06: gate_up 404 us against 397 at 1024 tokens, 1023 against 432 at 2048)
+# issue, not bytes (H100, 2026-12-06: gate_up 401 us against 379 at 1024 tokens, 1023 against 432 at 2048; RT 2
+# no better)
 PLANS = {16: (4, 1), 32: (4, 1)}
 UNPLANNED_TILES = (8, 1)  # a direct call at another BLOCK_M (tests, bench)
 
