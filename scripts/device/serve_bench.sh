@@ -2,7 +2,7 @@
 # The issue-4 table through HTTP on the H200: start `hyserve serve` on dummy weights (start-up timed, graph
 # capture included), then `hyserve bench` decode (128 in, 512 out), ttft (128/1024/4096) and throughput
 # (128 requests, 32 in flight, 1024 in, 512 out). Needs the server wheels: carry .whl (README "On the H200").
-# usage: bash scripts/device/serve_bench.sh [extra hyserve serve flags]
+# usage: bash scripts/device/serve_bench.sh [extra hyserve serve flags]; DECODE_ONLY=1: the decode scenario only
 set -u
 source "$(dirname "$0")/common.sh"  # PYTHONPATH with the server wheels, $OUT, $M
 PORT=8011
@@ -18,6 +18,7 @@ bench() {
   echo "== bench $name rc=$?"; tail -n 8 "$OUT/bench_$name.log"
 }
 bench decode --scenario decode
+[ -n "${DECODE_ONLY:-}" ] && { kill -TERM $pid; wait $pid; exit 0; }
 bench ttft --scenario ttft --ttft-reps 5
 steps() {  # the engine-step histograms of /metrics (cumulative): where the time of a run went
   python3 -c "import urllib.request as u; print(u.urlopen('http://127.0.0.1:$PORT/metrics').read().decode())" \
