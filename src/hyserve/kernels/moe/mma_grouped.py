@@ -109,14 +109,13 @@ def down_grouped_reference(
     its shared expert's), ``h[r] W_down[e_r]^T`` in fp32 from the unpacked weights (``down_grouped_mma``'s
     contract)."""
     w, shared = unpack_mma_down(packed)
-    n = topk_weights.numel()
     y = torch.zeros(h.shape[0], w.shape[1], dtype=h.dtype, device=h.device)
     meta_h = meta.tolist()
     for b in range(meta_h[3 * max_blocks]):
         e, row0, cnt = meta_h[b], meta_h[max_blocks + b], meta_h[2 * max_blocks + b]
         rows = torch.arange(row0, row0 + cnt, device=h.device)
         mat = shared if e == packed.num_experts else w[e]
-        dst = rows if e == packed.num_experts else sorted_pairs.long()[rows.clamp(max=n - 1)]
+        dst = rows if e == packed.num_experts else sorted_pairs.long()[rows]
         y[dst] = (h[rows].float() @ mat.float().T).to(h.dtype)
     return y
 
@@ -366,12 +365,13 @@ def _launch(
     block_m: int,
     p: MmaPackedBF16,
     rows: int,
-    warps: int,
-    rt: int,
+    tiles: tuple[int, int] | None,
     down: bool,
     n_experts: int,
 ) -> torch.Tensor:
-    """The grouped kernel over the packed matrix p (``rows`` packed rows an expert) into out."""
+    """The grouped kernel over the packed matrix p (``rows`` packed rows an expert) into out; ``tiles`` (WARPS, RT),
+    else the plan's for block_m."""
+    warps, rt = tiles or PLANS.get(block_m, UNPLANNED_TILES)
     k_top, K = topk_weights.shape[1], x.shape[1]
     require(
         block_m in BLOCK_MS and K % CHUNK_K == 0 and (rows // 16) % (warps * rt) == 0,
@@ -417,8 +417,7 @@ def gate_up_grouped_mma(
     if out is None:
         out = torch.empty((T * k_top + T, packed.inter), device=x.device, dtype=x.dtype)
     rows = 2 * packed.inter
-    tw = tiles or PLANS.get(block_m, UNPLANNED_TILES)
-    args = (topk_weights, sorted_pairs, meta, max_blocks, block_m, packed.gate_up, rows, *tw, False)
+    args = (topk_weights, sorted_pairs, meta, max_blocks, block_m, packed.gate_up, rows, tiles, False)
     return _launch(out, x, sg, *args, packed.num_experts)
 
 
@@ -443,6 +442,5 @@ def down_grouped_mma(
     H = packed.down.shape[0] // (packed.num_experts + 1)
     if out is None:
         out = torch.empty((h.shape[0], H), device=h.device, dtype=h.dtype)
-    tw = tiles or PLANS.get(block_m, UNPLANNED_TILES)
-    args = (topk_weights, sorted_pairs, meta, max_blocks, block_m, packed.down, H, *tw, True)
+    args = (topk_weights, sorted_pairs, meta, max_blocks, block_m, packed.down, H, tiles, True)
     return _launch(out, h, None, *args, packed.num_experts)
