@@ -109,3 +109,30 @@ def test_nothing_to_copy_in_other_dtypes(checkpoint):
     llm = LLM(str(checkpoint), device="cpu", dtype="float32", progress=False, max_model_len=32)
     prepare_routed_projections(llm.engine.model)
     assert mma_layer.prepare_mma_projections(llm.engine.model) == 0
+
+
+def test_expert_copies(tmp_path):
+    """``--mma-experts``: every MoE block gets its experts' gate_up and down copies (the shared expert last),
+    bit-exact; the flag turns it on."""
+    from hyserve.kernels.moe.mma_experts import unpack_mma_down, unpack_mma_experts
+
+    path = make_checkpoint(
+        tmp_path, kind="moe", seed=3, num_hidden_layers=1, layer_types=["full_attention"], moe_intermediate_size=64,
+        shared_expert_intermediate_size=64, num_experts=16,
+    )  # fmt: skip
+    llm = LLM(str(path), device="cpu", dtype="bfloat16", progress=False, max_model_len=32)
+    assert mma_layer.prepare_mma_experts(llm.engine.model) > 0
+    moe = llm.engine.model.model.layers[0].mlp
+    w, shared = unpack_mma_experts(moe.packed)
+    wd, sd = unpack_mma_down(moe.packed)
+    for got, want in [
+        (w, moe.experts.gate_up_proj),
+        (shared, moe.shared_expert.gate_up_proj.weight),
+        (wd, moe.experts.down_proj),
+        (sd, moe.shared_expert.down_proj.weight),
+    ]:
+        assert torch.equal(got.view(torch.int16), want.data.view(torch.int16))
+    parser = argparse.ArgumentParser()
+    add_engine_arguments(parser)
+    assert not engine_args_from(parser.parse_args([])).mma_experts
+    assert engine_args_from(parser.parse_args(["--mma-experts"])).mma_experts

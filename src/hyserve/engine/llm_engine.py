@@ -58,8 +58,9 @@ class EngineArgs:
     # on CUDA with graphs and the routed projections, a one-token step's in-projections stream lossless 12-bit
     # copies through the tensor-core GEMV (+1.5 GB for Qwen3.6-35B-A3B; layers/mma_projections.py)
     mma_projections: bool = True
-    # with the routed projections, one-token steps stream the experts' gate_up as one 12-bit tensor-core copy
-    # per MoE block (+32 GB for Qwen3.6-35B-A3B; layers/mma_projections.py). Off until timed in the step.
+    # with the routed projections, the grouped expert kernels of short prefills and batched decode stream 12-bit
+    # tensor-core copies of the experts' gate_up and down (+48 GB for Qwen3.6-35B-A3B; layers/mma_projections.py).
+    # Off: the memory, and not yet timed on the H200.
     mma_experts: bool = False
     # on CUDA with graphs, few-token steps stream lossless 12-bit copies of the in-projections' and the experts'
     # bf16 weights (0.75 of the bytes, ~50 GB more memory; layers/packed_weights.py). Off until timed.
@@ -152,7 +153,7 @@ class LLMEngine:
                 log.info("12-bit tensor-core copies of the routed in-projections: %.2f GB", nbytes / 1e9)
             if args.mma_experts:
                 nbytes = mma_projections.prepare_mma_experts(self.model)
-                log.info("12-bit tensor-core copies of the experts' gate_up: %.2f GB", nbytes / 1e9)
+                log.info("12-bit tensor-core copies of the experts' gate_up and down: %.2f GB", nbytes / 1e9)
         if self.device.type == "cuda" and args.pack_weights and not args.enforce_eager:
             nbytes = prepare_packed_weights(self.model)
             log.info("12-bit copies of the few-token steps' weights: %.2f GB", nbytes / 1e9)

@@ -49,11 +49,11 @@ def prepare_mma_experts(model: nn.Module) -> int:
     total = 0
     for layer in model.model.layers:
         moe = getattr(layer, "mlp", None)
-        if getattr(moe, "routed", None) is None or moe.experts.gate_up_proj.dtype != torch.bfloat16:
-            continue
+        if not hasattr(moe, "experts") or moe.experts.gate_up_proj.dtype != torch.bfloat16:
+            continue  # a dense layer, or weights of another dtype
         w, shared = moe.experts.gate_up_proj.data, moe.shared_expert.gate_up_proj.weight.data
-        if shared.shape != w.shape[1:] or w.shape[1] % 16 or w.shape[2] % 1024:
-            continue
+        if shared.shape != w.shape[1:] or w.shape[1] % 128 or w.shape[2] % 64:
+            continue  # pack_mma_experts' shapes (K % 64 for both copies: H, and I = 2I / 2)
         moe.packed = pack_mma_experts(
             w, shared, moe.experts.down_proj.data, moe.shared_expert.down_proj.weight.data
         )
