@@ -259,12 +259,12 @@ def pairs_times(top_k: int = 8) -> list[tuple[str, dict, float, float, float]]:
 
 
 MMA_GROUPED_TILES = (
-    (4, 1),
-    (8, 1),
-    (4, 2),
-    (8, 2),
-    (4, 4),
-)  # (WARPS, RT) variants of the grouped mma kernels
+    (4, 1, False),
+    (8, 1, False),
+    (4, 2, False),
+    (4, 1, True),
+    (8, 1, True),
+)  # (WARPS, RT, WG) variants of the grouped mma kernels (WG: wgmma, one warpgroup a 64-row A)
 
 
 def grouped_mma_times(tokens: tuple[int, ...], top_k: int = 8) -> list[dict]:
@@ -298,7 +298,7 @@ def grouped_mma_times(tokens: tuple[int, ...], top_k: int = 8) -> list[dict]:
         variants = [("triton plan", functools.partial(gate_up, *triton_args), 1.0)]
         for tiles in MMA_GROUPED_TILES:
             fn = functools.partial(gate_up_grouped_mma, x, packed, sg, *routed, tiles=tiles)
-            variants.append((f"mma {tiles[0]}w x {tiles[1]}t", fn, 0.75))
+            variants.append((_tiles_name(tiles), fn, 0.75))
         for name, fn, frac in variants:
             err = rel_err(fn().float(), ref.float())
             us = time_ms(fn, graph=True) * 1e3
@@ -312,7 +312,7 @@ def grouped_mma_times(tokens: tuple[int, ...], top_k: int = 8) -> list[dict]:
                                                       *routed[1:], T, top_k, plan["down"]), 1.0)]  # fmt: skip
         for tiles in MMA_GROUPED_TILES:
             fn = functools.partial(_mma_down_sum, ref, packed, routed, y, T, top_k, tiles)
-            variants.append((f"mma {tiles[0]}w x {tiles[1]}t", fn, 0.75))
+            variants.append((_tiles_name(tiles), fn, 0.75))
         for name, fn, frac in variants:
             err = rel_err(fn().float(), dref.float())
             us = time_ms(fn, graph=True) * 1e3
@@ -323,7 +323,11 @@ def grouped_mma_times(tokens: tuple[int, ...], top_k: int = 8) -> list[dict]:
     return rows
 
 
-def _mma_down_sum(h, packed, routed, y, T: int, top_k: int, tiles: tuple[int, int]) -> torch.Tensor:
+def _tiles_name(tiles: tuple[int, int, bool]) -> str:
+    return f"{'wgmma' if tiles[2] else 'mma'} {tiles[0]}w x {tiles[1]}t"
+
+
+def _mma_down_sum(h, packed, routed, y, T: int, top_k: int, tiles: tuple[int, int, bool]) -> torch.Tensor:
     from hyserve.kernels.moe.mma_grouped import down_grouped_mma
     from hyserve.kernels.moe.triton_prefill import sum_rows
 

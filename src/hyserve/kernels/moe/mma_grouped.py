@@ -44,19 +44,20 @@ from hyserve.kernels.pdl import enabled as pdl_enabled
 
 CHUNK_K = 128  # x columns a shared-memory chunk holds (8 k16 steps: one weight chunk of a thread)
 BLOCK_MS = (16, 32, 64, 128)  # the routing's BLOCK_M values the kernel is built for (8-token column groups)
-# (WARPS a CTA, RT 16-row tiles a warp) by BLOCK_M where the kernels beat the Triton plans (``tiles=`` overrides:
-# bench, tests). Not at BLOCK_M 64 / 128 (the plans' from ~1024 tokens): there the mma.sync kernels are bound by
-# issue, not bytes (H100, 2026-12-06: gate_up 401 us against 379 at 1024 tokens, 1023 against 432 at 2048; RT 2
-# no better)
-PLANS = {16: (4, 1), 32: (4, 1)}
-UNPLANNED_TILES = (8, 1)  # a direct call at another BLOCK_M (tests, bench)
+# (WARPS a CTA, RT 16-row tiles a warp, WG: wgmma) by BLOCK_M where the kernels beat the Triton plans (``tiles=``
+# overrides: bench, tests). Not at BLOCK_M 64 / 128 (the plans' from ~1024 tokens): there the mma.sync kernels are
+# bound by issue, not bytes (H100, 2026-12-06: gate_up 401 us against 379 at 1024 tokens, 1023 against 432 at 2048;
+# RT 2 no better)
+PLANS = {16: (4, 1, False), 32: (4, 1, False)}
+UNPLANNED_TILES = (8, 1, False)  # a direct call at another BLOCK_M (tests, bench)
+Tiles = tuple[int, int, bool]
 
 
 def grouped_mma_takes(packed: MmaExperts, block_m: int, hidden: int) -> bool:
     """Whether the grouped kernels take these experts at this routing block size (with its plan's tiles)."""
     if block_m not in PLANS or hidden % CHUNK_K or packed.inter % CHUNK_K:
         return False
-    warps, rt = PLANS[block_m]
+    warps, rt, _ = PLANS[block_m]
     return (2 * packed.inter // 16) % (warps * rt) == 0 and (hidden // 16) % (warps * rt) == 0
 
 
@@ -120,8 +121,69 @@ def down_grouped_reference(
     return y
 
 
+def _wgmma_source(max_n: int = 128) -> str:
+    """``wgmma_chunk<NT, BM>``: the 8 k16 steps of a chunk as ``wgmma.mma_async`` m64nNk16 (A, the warpgroup's 64
+    decoded weight rows, from registers; B, N of the block's tokens, from a swizzled buffer), N the block's tokens
+    rounded up to 16 (one instance an N up to max_n, chosen at run time). The accumulators are the mma.sync
+    layout's (``d[j][q]``: row g + 8 (q >> 1), column 8 j + 2 t + (q & 1)), so the epilogue is shared."""
+    fns, cases = [], []
+    for n in range(16, max_n + 1, 16):
+        nd = n // 2
+        regs = ", ".join(f"%{i}" for i in range(nd))
+        outs = ", ".join(f'"+f"(d[{i // 4}][{i % 4}])' for i in range(nd))
+        fns.append(
+            f"template <int NT>\n__device__ __forceinline__ void wgmma_n{n}(float (&d)[NT][4], const unsigned int (&a)[4], "
+            f"unsigned long long desc) {{\n"
+            f'  asm volatile("{{\\n.reg .pred p;\\nsetp.ne.b32 p, %{nd + 5}, 0;\\n"\n'
+            f'               "wgmma.mma_async.sync.aligned.m64n{n}k16.f32.bf16.bf16 {{{regs}}}, '
+            f'{{%{nd}, %{nd + 1}, %{nd + 2}, %{nd + 3}}}, %{nd + 4}, p, 1, 1, 0;\\n}}\\n"\n'
+            f"               : {outs}\n"
+            f'               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(1));\n}}\n'
+        )
+        cases.append(
+            f"    case {n // 16}:\n      if constexpr (NT * 8 >= {n}) {{\n#pragma unroll\n"
+            f"        for (int i = 0; i < 8; ++i) wgmma_n{n}<NT>(d, a[i], sw128_desc(sb + (i >> 2) * BM * 128 + (i & 3) * 32));\n"
+            f"      }}\n      break;\n"
+        )
+    return (
+        "".join(fns)
+        + r"""
+// K-major, 128-byte swizzle, 8-row groups 1024 bytes apart; the k16 step's 32 bytes of a row from the address
+__device__ __forceinline__ unsigned long long sw128_desc(unsigned int addr) {
+  return (unsigned long long)((addr & 0x3FFFFu) >> 4) | (1ull << 16) | (64ull << 32) | (1ull << 62);
+}
+
+template <int NT>
+__device__ __forceinline__ void fence_acc(float (&d)[NT][4]) {  // the accumulators stay put around the async ops
+#pragma unroll
+  for (int j = 0; j < NT; ++j)
+#pragma unroll
+    for (int q = 0; q < 4; ++q) asm volatile("" : "+f"(d[j][q])::"memory");
+}
+
+template <int NT, int BM>
+__device__ __forceinline__ void wgmma_chunk(float (&d)[NT][4], unsigned int (&a)[8][4], unsigned int sb, int n16) {
+#pragma unroll
+  for (int i = 0; i < 8; ++i)
+#pragma unroll
+    for (int q = 0; q < 4; ++q) asm volatile("" : "+r"(a[i][q])::"memory");
+  fence_acc<NT>(d);
+  asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
+  switch (n16) {
+"""
+        + "".join(cases)
+        + r"""  }
+  asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+  asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
+  fence_acc<NT>(d);
+}
+"""
+    )
+
+
 SOURCE = (
     HELPERS
+    + _wgmma_source()
     + r"""
 __device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
   const unsigned int s = (unsigned int)__cvta_generic_to_shared(smem);
@@ -136,15 +198,23 @@ __device__ __forceinline__ void ldmatrix_x4(unsigned int (&r)[4], const void* sm
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(s));
 }
 
-// the rows [0, cnt) of chunk ch (columns [ch CK, + CK)) of the source rows src[r] into buffer buf, 16 bytes a copy;
-// one commit group
-template <int BM, int CK, int LD, int THREADS>
+// element offset of 16-byte segment s (of CK / 8) of row r in a chunk buffer: rows padded to LD (ldmatrix without
+// bank conflicts), or for wgmma the K-major 128-byte swizzle (two panels of 64 columns x BM rows, 128 bytes a row;
+// segment s & 7 of row r at position (s & 7) ^ (r & 7) of its row)
+template <int BM, int LD, bool WG>
+__device__ __forceinline__ int seg_off(int r, int s) {
+  return WG ? (s >> 3) * BM * 64 + r * 64 + (((s & 7) ^ (r & 7)) << 3) : r * LD + s * 8;
+}
+
+// the rows [0, cnt) of chunk ch (columns [ch CK, + CK)) of the source rows src[r] into buffer buf (BUF elements),
+// 16 bytes a copy; one commit group
+template <int BM, int CK, int LD, int BUF, bool WG, int THREADS>
 __device__ __forceinline__ void load_chunk(bf16_t* xs, const bf16_t* x, const int* src, int cnt, int K, int ch,
                                            int buf, int tid) {
-  bf16_t* dst = xs + buf * BM * LD;
+  bf16_t* dst = xs + buf * BUF;
   for (int i = tid; i < cnt * (CK / 8); i += THREADS) {
     const int r = i / (CK / 8), s = i % (CK / 8);
-    cp_async16(dst + r * LD + s * 8, x + (size_t)src[r] * K + ch * CK + s * 8);
+    cp_async16(dst + seg_off<BM, LD, WG>(r, s), x + (size_t)src[r] * K + ch * CK + s * 8);
   }
   cp_async_commit();
 }
@@ -152,17 +222,23 @@ __device__ __forceinline__ void load_chunk(bf16_t* xs, const bf16_t* x, const in
 // grid (R / 16 / (WARPS RT), MAXB), R the packed rows an expert has (2I for gate_up, H for down); NT = BLOCK_M / 8
 // column groups of 8 rows. gate_up (!DOWN): x [T, K] gathered by token, out = h [N + T, I] by routing row, the
 // SwiGLU and the row's weight applied. DOWN: x = h [N + T, K = I] by routing row, out = y [N + T, H] by pair
-// (row t k + j: token t's slot j; row N + t its shared expert's)
-template <int NT, int WARPS, int RT, bool DOWN, bool PDL>
+// (row t k + j: token t's slot j; row N + t its shared expert's). WG: each warpgroup's 4 tiles (RT 1) are the A
+// operand of one wgmma (m64, N the block's tokens rounded up to 16) a k16 step, the tokens read by the tensor cores
+// from the swizzled chunk buffers
+template <int NT, int WARPS, int RT, bool DOWN, bool PDL, bool WG>
 __global__ void __launch_bounds__(32 * WARPS) grouped_mma(
     bf16_t* __restrict__ out, const bf16_t* __restrict__ x, const bf16_t* __restrict__ sgate,
     const float* __restrict__ topk_w, const int* __restrict__ sorted, const int* __restrict__ meta,
     const uint4* __restrict__ low, const uint4* __restrict__ codes, const int* __restrict__ base,
     const int* __restrict__ eptr, const int* __restrict__ ecol, const float* __restrict__ edelta,
     int N, int K, int R, int out_ld, int E, int maxb, int k_top) {
-  constexpr int BM = NT * 8, CK = 128, LD = CK + 8, THREADS = 32 * WARPS;
+  constexpr int BM = NT * 8, CK = 128, LD = CK + 8, THREADS = 32 * WARPS, BUF = WG ? BM * CK : BM * LD;
   constexpr int GROWS = (BM * 4 + THREADS - 1) / THREADS;  // shared-gate rows a thread sums (4 threads a row)
-  extern __shared__ __align__(16) bf16_t xs[];  // [3][BM][LD]: x chunks, rows padded (ldmatrix without conflicts)
+  static_assert(!WG || (RT == 1 && WARPS % 4 == 0), "a wgmma warpgroup is 4 warps of one 16-row tile each");
+  // [3][BUF]: x chunks (seg_off's layout); for wgmma from a 1024-byte boundary (the swizzle's period)
+  extern __shared__ __align__(16) unsigned char smem[];
+  const unsigned int s0 = (unsigned int)__cvta_generic_to_shared(smem);
+  bf16_t* xs = reinterpret_cast<bf16_t*>(smem + (WG ? (1024u - (s0 & 1023u)) & 1023u : 0u));
   __shared__ int src[BM], dst[BM];  // a row's source row of x and its output row
   __shared__ float wrow[BM];
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
@@ -206,8 +282,8 @@ __global__ void __launch_bounds__(32 * WARPS) grouped_mma(
     base4[rt] = bg | (bg << 8) | (bg8 << 16) | (bg8 << 24);
   }
   __syncthreads();  // src
-  load_chunk<BM, CK, LD, THREADS>(xs, x, src, cnt, K, 0, 0, tid);
-  if (nch > 1) load_chunk<BM, CK, LD, THREADS>(xs, x, src, cnt, K, 1, 1, tid);
+  load_chunk<BM, CK, LD, BUF, WG, THREADS>(xs, x, src, cnt, K, 0, 0, tid);
+  if (nch > 1) load_chunk<BM, CK, LD, BUF, WG, THREADS>(xs, x, src, cnt, K, 1, 1, tid);
   else cp_async_commit();
 
   const int nt = (cnt + 7) >> 3;
@@ -238,12 +314,24 @@ __global__ void __launch_bounds__(32 * WARPS) grouped_mma(
       }
     }
     cp_async_wait1();  // chunk ch has landed (only ch + 1 may still be in flight)
+    if (WG) asm volatile("fence.proxy.async.shared::cta;" ::: "memory");  // visible to wgmma's reads
     __syncthreads();   // ... for every thread's copies; and every warp is done with chunk ch - 1's buffer
-    if (ch + 2 < nch) load_chunk<BM, CK, LD, THREADS>(xs, x, src, cnt, K, ch + 2, (ch + 2) % 3, tid);
+    if (ch + 2 < nch) load_chunk<BM, CK, LD, BUF, WG, THREADS>(xs, x, src, cnt, K, ch + 2, (ch + 2) % 3, tid);
     else cp_async_commit();
-    const bf16_t* xb = xs + (ch % 3) * BM * LD;
+    const bf16_t* xb = xs + (ch % 3) * BUF;
+    if constexpr (WG) {
+      unsigned int a[8][4];
 #pragma unroll
-    for (int i = 0; i < 8; ++i) {
+      for (int i = 0; i < 8; ++i) {
+        const uint4 v = lo[0][i >> 1];
+        const uint4 cw = cd[0][i >> 2];
+        const unsigned int w = (i & 3) == 0 ? cw.x : (i & 3) == 1 ? cw.y : (i & 3) == 2 ? cw.z : cw.w;
+        decode8((i & 1) ? v.z : v.x, (i & 1) ? v.w : v.y, w, base4[0], a[i][0], a[i][1], a[i][2], a[i][3]);
+      }
+      wgmma_chunk<NT, BM>(c[0], a, (unsigned int)__cvta_generic_to_shared(xb), (cnt + 15) >> 4);
+    }
+#pragma unroll
+    for (int i = 0; i < (WG ? 0 : 8); ++i) {
       unsigned int a[RT][4];
 #pragma unroll
       for (int rt = 0; rt < RT; ++rt) {
@@ -270,12 +358,12 @@ __global__ void __launch_bounds__(32 * WARPS) grouped_mma(
       for (int q = 0; q < GROWS; ++q) {
         const int r = (tid >> 2) + q * (THREADS >> 2);
         if (r < cnt) {
-          const uint4* xr = reinterpret_cast<const uint4*>(xb + r * LD + (tid & 3) * 32);
           const uint4* sr = reinterpret_cast<const uint4*>(sgate + ch * CK + (tid & 3) * 32);
           float s = 0.f;
 #pragma unroll
           for (int u = 0; u < 4; ++u) {
-            const uint4 xv = xr[u], sv = __ldg(sr + u);
+            const uint4 xv = *reinterpret_cast<const uint4*>(xb + seg_off<BM, LD, WG>(r, 4 * (tid & 3) + u));
+            const uint4 sv = __ldg(sr + u);
             const unsigned int xw[4] = {xv.x, xv.y, xv.z, xv.w}, sw[4] = {sv.x, sv.y, sv.z, sv.w};
 #pragma unroll
             for (int m = 0; m < 4; ++m) s += bf16_lo(xw[m]) * bf16_lo(sw[m]) + bf16_hi(xw[m]) * bf16_hi(sw[m]);
@@ -365,26 +453,31 @@ def _launch(
     block_m: int,
     p: MmaPackedBF16,
     rows: int,
-    tiles: tuple[int, int] | None,
+    tiles: Tiles | None,
     down: bool,
     n_experts: int,
 ) -> torch.Tensor:
-    """The grouped kernel over the packed matrix p (``rows`` packed rows an expert) into out; ``tiles`` (WARPS, RT),
-    else the plan's for block_m."""
-    warps, rt = tiles or PLANS.get(block_m, UNPLANNED_TILES)
+    """The grouped kernel over the packed matrix p (``rows`` packed rows an expert) into out; ``tiles`` (WARPS, RT,
+    WG), else the plan's for block_m."""
+    warps, rt, wg = tiles or PLANS.get(block_m, UNPLANNED_TILES)
     k_top, K = topk_weights.shape[1], x.shape[1]
     require(
         block_m in BLOCK_MS and K % CHUNK_K == 0 and (rows // 16) % (warps * rt) == 0,
         f"the grouped mma kernels take BLOCK_M in {BLOCK_MS} (got {block_m}), K a multiple of {CHUNK_K} (got {K}) "
         f"and an expert's {rows // 16} 16-row tiles a multiple of WARPS x RT = {warps} x {rt}",
     )
+    require(
+        not wg or (rt == 1 and warps % 4 == 0), f"wgmma tiles are warpgroups of RT 1 (got {warps} x {rt})"
+    )
     pdl = pdl_enabled(x)
-    template_kernel(SOURCE, "grouped_mma", (block_m // 8, warps, rt, down, pdl), _PARAMS, x.device).launch(
+    buf = block_m * (CHUNK_K if wg else CHUNK_K + 8) * 2  # bytes of one chunk buffer (seg_off's layout)
+    args = (block_m // 8, warps, rt, down, pdl, wg)
+    template_kernel(SOURCE, "grouped_mma", args, _PARAMS, x.device).launch(
         (rows // 16 // (warps * rt), max_blocks),
         32 * warps,
         (out, x, sg, topk_weights, sorted_pairs, meta, p.low, p.codes, p.base, p.escape_ptr, p.escape_col,
          p.escape_delta, topk_weights.numel(), K, rows, out.shape[1], n_experts, max_blocks, k_top),
-        shared_mem=3 * block_m * (CHUNK_K + 8) * 2,
+        shared_mem=3 * buf + (1024 if wg else 0),
         pdl=pdl,
     )  # fmt: skip
     return out
@@ -399,7 +492,7 @@ def gate_up_grouped_mma(
     meta: torch.Tensor,
     max_blocks: int,
     block_m: int,
-    tiles: tuple[int, int] | None = None,
+    tiles: Tiles | None = None,
     out: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """See ``gate_up_grouped_reference``: x [T, H] bf16 CUDA (normed) -> h [N + T, I] bf16 (into ``out``)."""
@@ -429,7 +522,7 @@ def down_grouped_mma(
     meta: torch.Tensor,
     max_blocks: int,
     block_m: int,
-    tiles: tuple[int, int] | None = None,
+    tiles: Tiles | None = None,
     out: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """See ``down_grouped_reference``: h [N + T, I] bf16 CUDA -> y [N + T, H] bf16 by pair (into ``out``), for

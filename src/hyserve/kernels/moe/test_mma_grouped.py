@@ -123,14 +123,32 @@ def test_down_and_sum_match_the_triton_down(experts):
     assert rel_err(mma.float(), triton.float()) < 1e-2
 
 
-@pytest.mark.parametrize("T,block_m", [(200, 32), (1024, 64)])
-@pytest.mark.parametrize("tiles", [(4, 2), (8, 2)])
-def test_row_tiles_match_reference(experts, T, block_m, tiles):
-    """RT 16-row tiles a warp (one B fragment for RT mma's): the same results as the reference, gate_up and down."""
+@pytest.mark.parametrize(
+    "T,block_m,tiles",
+    [(200, 32, (4, 2, False)), (1024, 64, (8, 2, False))]
+    + [(T, bm, (w, 1, True)) for T, bm in [(24, 16), (200, 32), (1024, 64), (1500, 128)] for w in (4, 8)],
+)
+@pytest.mark.parametrize("pdl", ["0", "1"])
+def test_tiles_match_reference(monkeypatch, experts, T, block_m, tiles, pdl):
+    """RT 16-row tiles a warp (one B fragment for RT mma's) and the wgmma form (a warpgroup's 64 rows the A
+    operand, the tokens from swizzled shared memory): the reference's results, gate_up and down, NaN-poisoned."""
+    monkeypatch.setenv("HYSERVE_PDL", pdl)
     w, shared, sg, packed = experts
     x, rt = _routing(T, block_m, seed=7 * T)
     routed = (rt.topk_weights, rt.sorted_pairs, rt.meta, rt.max_blocks)
-    h = gate_up_grouped_mma(x, packed, sg, *routed, block_m, tiles=tiles)
+    out = torch.full((T * TOP_K + T, INTER), float("nan"), device="cuda", dtype=torch.bfloat16)
+    h = gate_up_grouped_mma(x, packed, sg, *routed, block_m, tiles=tiles, out=out)
+    assert not h.isnan().any()
     assert rel_err(h.float(), gate_up_grouped_reference(x, packed, sg, *routed).float()) < 1e-2
-    y = down_grouped_mma(h, packed, *routed, block_m, tiles=tiles)
+    out = torch.full((T * TOP_K + T, HIDDEN), float("nan"), device="cuda", dtype=torch.bfloat16)
+    y = down_grouped_mma(h, packed, *routed, block_m, tiles=tiles, out=out)
+    assert not y.isnan().any()
     assert rel_err(y.float(), down_grouped_reference(h, packed, *routed).float()) < 1e-2
+
+
+def test_rejects_wgmma_row_tiles(experts):
+    w, shared, sg, packed = experts
+    x, rt = _routing(64, 16, seed=1)
+    routed = (rt.topk_weights, rt.sorted_pairs, rt.meta, rt.max_blocks, 16)
+    with pytest.raises(ValueError):
+        gate_up_grouped_mma(x, packed, sg, *routed, tiles=(4, 2, True))
