@@ -23,10 +23,14 @@ each result written to the row of its pair.
 The grid is (rows of an expert / 16 / (WARPS RT), MAXB): blocks past the routing's block count exit at once
 (CUDA-graph safe), and the CTAs of one block are adjacent, so its x rows are read from HBM once.
 
-Where it wins (``PLANS``): blocks of up to 32 tokens (short prefills, batched decode), ~15-20% under the Triton
-kernels (the H100 rows of docs/performance.md, 2026-12-06). With full blocks of 64-128 tokens (prefills from ~1024
-tokens) it is bound by instruction issue, not bytes (one 16-row A tile a warp in mma.sync), and the Triton kernels
-(wgmma) stay; wgmma with the decoded A from registers is the way there.
+With WG tiles (``wgmma``): each warpgroup's four decoded tiles are the A operand of one ``wgmma.mma_async``
+m64nNk16 a k16 step (A from registers, N the block's tokens rounded up to 16, an instance each chosen at run time),
+the tokens read by the tensor cores from the chunk buffers in the K-major 128-byte swizzle; the accumulators have
+the mma.sync layout, so the gate, escapes and epilogue are shared.
+
+Where it wins (``PLANS``): blocks of up to 64 tokens (prefills to ~1024 tokens, batched decode), mma.sync at 16,
+wgmma at 32 and 64 (the H100 rows of docs/performance.md, 2026-12-06). With full blocks of 128 tokens (from ~2048)
+the Triton kernels stay.
 """
 
 from __future__ import annotations
@@ -45,10 +49,10 @@ from hyserve.kernels.pdl import enabled as pdl_enabled
 CHUNK_K = 128  # x columns a shared-memory chunk holds (8 k16 steps: one weight chunk of a thread)
 BLOCK_MS = (16, 32, 64, 128)  # the routing's BLOCK_M values the kernel is built for (8-token column groups)
 # (WARPS a CTA, RT 16-row tiles a warp, WG: wgmma) by BLOCK_M where the kernels beat the Triton plans (``tiles=``
-# overrides: bench, tests). Not at BLOCK_M 64 / 128 (the plans' from ~1024 tokens): there the mma.sync kernels are
-# bound by issue, not bytes (H100, 2026-12-06: gate_up 401 us against 379 at 1024 tokens, 1023 against 432 at 2048;
-# RT 2 no better)
-PLANS = {16: (4, 1, False), 32: (4, 1, False)}
+# overrides: bench, tests). H100, 2026-12-06 (``bench --mma-grouped``), us, Triton / mma.sync 4w / wgmma: gate_up at
+# 512 tokens (BLOCK_M 32) 372 / 311 / 299, 1024 (64) 379 / 427 / 326 (8 warps); down+sum 213 / 203 / 186, 224 / 271
+# / 213. Not at BLOCK_M 128 (from ~2048 tokens): 411 against 492 for the wgmma gate_up
+PLANS = {16: (4, 1, False), 32: (4, 1, True), 64: (8, 1, True)}
 UNPLANNED_TILES = (8, 1, False)  # a direct call at another BLOCK_M (tests, bench)
 Tiles = tuple[int, int, bool]
 
