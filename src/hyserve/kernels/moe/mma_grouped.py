@@ -48,13 +48,12 @@ from hyserve.kernels.pdl import enabled as pdl_enabled
 
 CHUNK_K = 128  # x columns a shared-memory chunk holds (8 k16 steps: one weight chunk of a thread)
 BLOCK_MS = (16, 32, 64, 128)  # the routing's BLOCK_M values the kernel is built for (8-token column groups)
-# (WARPS a CTA, RT 16-row tiles a warp, WG: wgmma) by BLOCK_M where the kernels beat the Triton plans (``tiles=``
-# overrides: bench, tests). H100, 2026-12-06 (``bench --mma-grouped``), us, Triton / mma.sync 4w / wgmma: gate_up at
-# 512 tokens (BLOCK_M 32) 372 / 311 / 299, 1024 (64) 379 / 427 / 326 (8 warps); down+sum 213 / 203 / 186, 224 / 271
-# / 213. Not at BLOCK_M 128 (from ~2048 tokens): 411 against 492 for the wgmma gate_up
-PLANS = {16: (4, 1, False), 32: (4, 1, True), 64: (8, 1, True)}
-UNPLANNED_TILES = (8, 1, False)  # a direct call at another BLOCK_M (tests, bench)
-Tiles = tuple[int, int, bool]
+# (WARPS a CTA, RT 16-row tiles a warp, STAGES: 0 for the mma.sync kernel, else the wgmma kernel's shared-memory
+# stages) by BLOCK_M where the kernels beat the Triton plans (``tiles=`` overrides: bench, tests)
+PLANS = {16: (4, 1, 0), 32: (4, 1, 3), 64: (8, 1, 3)}
+UNPLANNED_TILES = (8, 1, 0)  # a direct call at another BLOCK_M (tests, bench)
+MAX_SHARED = 227 * 1024  # bytes of shared memory a CTA may have on Hopper
+Tiles = tuple[int, int, int]
 
 
 def grouped_mma_takes(packed: MmaExperts, block_m: int, hidden: int) -> bool:
@@ -194,7 +193,8 @@ __device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(s), "l"(gmem) : "memory");
 }
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
-__device__ __forceinline__ void cp_async_wait1() { asm volatile("cp.async.wait_group 1;" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory"); }
 
 __device__ __forceinline__ void ldmatrix_x4(unsigned int (&r)[4], const void* smem) {
   const unsigned int s = (unsigned int)__cvta_generic_to_shared(smem);
@@ -202,55 +202,29 @@ __device__ __forceinline__ void ldmatrix_x4(unsigned int (&r)[4], const void* sm
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(s));
 }
 
-// element offset of 16-byte segment s (of CK / 8) of row r in a chunk buffer: rows padded to LD (ldmatrix without
-// bank conflicts), or for wgmma the K-major 128-byte swizzle (two panels of 64 columns x BM rows, 128 bytes a row;
-// segment s & 7 of row r at position (s & 7) ^ (r & 7) of its row)
+// element offset of 16-byte segment s (of 16) of row r in a chunk buffer of BM rows x 128 columns: rows padded to
+// LD (ldmatrix without bank conflicts), or for wgmma the K-major 128-byte swizzle (two panels of 64 columns x BM
+// rows, 128 bytes a row; segment s & 7 of row r at position (s & 7) ^ (r & 7) of its row)
 template <int BM, int LD, bool WG>
 __device__ __forceinline__ int seg_off(int r, int s) {
   return WG ? (s >> 3) * BM * 64 + r * 64 + (((s & 7) ^ (r & 7)) << 3) : r * LD + s * 8;
 }
 
-// the rows [0, cnt) of chunk ch (columns [ch CK, + CK)) of the source rows src[r] into buffer buf (BUF elements),
-// 16 bytes a copy; one commit group
-template <int BM, int CK, int LD, int BUF, bool WG, int THREADS>
-__device__ __forceinline__ void load_chunk(bf16_t* xs, const bf16_t* x, const int* src, int cnt, int K, int ch,
-                                           int buf, int tid) {
-  bf16_t* dst = xs + buf * BUF;
-  for (int i = tid; i < cnt * (CK / 8); i += THREADS) {
-    const int r = i / (CK / 8), s = i % (CK / 8);
-    cp_async16(dst + seg_off<BM, LD, WG>(r, s), x + (size_t)src[r] * K + ch * CK + s * 8);
+// cp.async of the rows [0, cnt) of chunk ch (columns [128 ch, + 128)) of the source rows src[r] into dst
+template <int BM, int LD, bool WG, int THREADS>
+__device__ __forceinline__ void load_x(bf16_t* dst, const bf16_t* x, const int* src, int cnt, int K, int ch, int tid) {
+  for (int i = tid; i < cnt * 16; i += THREADS) {
+    const int r = i >> 4, s = i & 15;
+    cp_async16(dst + seg_off<BM, LD, WG>(r, s), x + (size_t)src[r] * K + ch * 128 + s * 8);
   }
-  cp_async_commit();
 }
 
-// grid (R / 16 / (WARPS RT), MAXB), R the packed rows an expert has (2I for gate_up, H for down); NT = BLOCK_M / 8
-// column groups of 8 rows. gate_up (!DOWN): x [T, K] gathered by token, out = h [N + T, I] by routing row, the
-// SwiGLU and the row's weight applied. DOWN: x = h [N + T, K = I] by routing row, out = y [N + T, H] by pair
-// (row t k + j: token t's slot j; row N + t its shared expert's). WG: each warpgroup's 4 tiles (RT 1) are the A
-// operand of one wgmma (m64, N the block's tokens rounded up to 16) a k16 step, the tokens read by the tensor cores
-// from the swizzled chunk buffers
-template <int NT, int WARPS, int RT, bool DOWN, bool PDL, bool WG>
-__global__ void __launch_bounds__(32 * WARPS) grouped_mma(
-    bf16_t* __restrict__ out, const bf16_t* __restrict__ x, const bf16_t* __restrict__ sgate,
-    const float* __restrict__ topk_w, const int* __restrict__ sorted, const int* __restrict__ meta,
-    const uint4* __restrict__ low, const uint4* __restrict__ codes, const int* __restrict__ base,
-    const int* __restrict__ eptr, const int* __restrict__ ecol, const float* __restrict__ edelta,
-    int N, int K, int R, int out_ld, int E, int maxb, int k_top) {
-  constexpr int BM = NT * 8, CK = 128, LD = CK + 8, THREADS = 32 * WARPS, BUF = WG ? BM * CK : BM * LD;
-  constexpr int GROWS = (BM * 4 + THREADS - 1) / THREADS;  // shared-gate rows a thread sums (4 threads a row)
-  static_assert(!WG || (RT == 1 && WARPS % 4 == 0), "a wgmma warpgroup is 4 warps of one 16-row tile each");
-  // [3][BUF]: x chunks (seg_off's layout); for wgmma from a 1024-byte boundary (the swizzle's period)
-  extern __shared__ __align__(16) unsigned char smem[];
-  const unsigned int s0 = (unsigned int)__cvta_generic_to_shared(smem);
-  bf16_t* xs = reinterpret_cast<bf16_t*>(smem + (WG ? (1024u - (s0 & 1023u)) & 1023u : 0u));
-  __shared__ int src[BM], dst[BM];  // a row's source row of x and its output row
-  __shared__ float wrow[BM];
-  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
-  const int b = blockIdx.y;
-  if (PDL) pdl_wait();
-  if (b >= __ldcg(meta + 3 * maxb)) return;
-  const int e = __ldcg(meta + b), row0 = __ldcg(meta + maxb + b), cnt = __ldcg(meta + 2 * maxb + b);
-  const bool shared = e == E;
+// the block's rows r < BM: src[r] the row of x it reads, dst[r] the row it writes, wrow[r] its routing weight (1 for
+// the shared expert and past cnt). gate_up: x by token, out by routing row; DOWN: x = h by routing row, out = y by
+// pair (row t k + j: token t's slot j; row N + t its shared expert's)
+template <int BM, bool DOWN, int THREADS>
+__device__ __forceinline__ void block_rows(int* src, int* dst, float* wrow, const int* sorted, const float* topk_w,
+                                           int row0, int cnt, int N, int k_top, int tid) {
   for (int r = tid; r < BM; r += THREADS) {
     const int pos = row0 + r;
     int tk = 0, pair = pos;
@@ -268,9 +242,129 @@ __global__ void __launch_bounds__(32 * WARPS) grouped_mma(
     dst[r] = DOWN ? pair : pos;
     wrow[r] = w;
   }
-  // the warp's RT consecutive tiles of the expert (tile0 + rt), each streamed over all of K
+}
+
+// the shared expert's gate: thread (row r, quarter) adds chunk xb's 32 columns of its rows to gs
+template <int BM, int LD, bool WG, int GROWS, int THREADS>
+__device__ __forceinline__ void gate_chunk(float (&gs)[GROWS], const bf16_t* xb, const bf16_t* sgate, int ch,
+                                           int cnt, int tid) {
+#pragma unroll
+  for (int q = 0; q < GROWS; ++q) {
+    const int r = (tid >> 2) + q * (THREADS >> 2);
+    if (r < cnt) {
+      const uint4* sr = reinterpret_cast<const uint4*>(sgate + ch * 128 + (tid & 3) * 32);
+      float s = 0.f;
+#pragma unroll
+      for (int u = 0; u < 4; ++u) {
+        const uint4 xv = *reinterpret_cast<const uint4*>(xb + seg_off<BM, LD, WG>(r, 4 * (tid & 3) + u));
+        const uint4 sv = __ldg(sr + u);
+        const unsigned int xw[4] = {xv.x, xv.y, xv.z, xv.w}, sw[4] = {sv.x, sv.y, sv.z, sv.w};
+#pragma unroll
+        for (int m = 0; m < 4; ++m) s += bf16_lo(xw[m]) * bf16_lo(sw[m]) + bf16_hi(xw[m]) * bf16_hi(sw[m]);
+      }
+      gs[q] += s;
+    }
+  }
+}
+
+// the rows' sums (four threads a row) -> wrow = sigmoid(sum); a __syncthreads before wrow is read
+template <int GROWS, int THREADS>
+__device__ __forceinline__ void gate_finish(float* wrow, const float (&gs)[GROWS], int cnt, int tid) {
+#pragma unroll
+  for (int q = 0; q < GROWS; ++q) {
+    float s = gs[q];
+    s += __shfl_xor_sync(0xFFFFFFFFu, s, 1);
+    s += __shfl_xor_sync(0xFFFFFFFFu, s, 2);
+    const int r = (tid >> 2) + q * (THREADS >> 2);
+    if ((tid & 3) == 0 && r < cnt) wrow[r] = 1.f / (1.f + __expf(-s));
+  }
+}
+
+// the escapes of the thread's rows g and g + 8 of packed tile `tile`: + delta * x[source row, col] for its columns
+template <int NT>
+__device__ __forceinline__ void tile_escapes(float (&c)[NT][4], int tile, const bf16_t* x, int K, const int* src,
+                                             const int* eptr, const int* ecol, const float* edelta, int cnt, int g,
+                                             int t) {
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const int row = tile * 16 + g + 8 * half;
+    const int e1 = __ldg(eptr + row + 1);
+    for (int q = __ldg(eptr + row); q < e1; ++q) {
+      const int col = __ldg(ecol + q);
+      const float d = __ldg(edelta + q);
+#pragma unroll
+      for (int j = 0; j < NT; ++j) {
+#pragma unroll
+        for (int cc = 0; cc < 2; ++cc) {
+          const int n = 8 * j + 2 * t + cc;
+          if (n < cnt) c[j][2 * half + cc] += d * bf16_lo((unsigned int)__ldcg(x + (size_t)src[n] * K + col));
+        }
+      }
+    }
+  }
+}
+
+// the results of tile tin (of the expert's) to the block's output rows: DOWN, rows g and g + 8 are output columns
+// 16 tin + g and + 8; gate_up, row g is gate column 8 tin + g and row g + 8 the up column of the same index
+template <int NT, bool DOWN>
+__device__ __forceinline__ void tile_store(const float (&c)[NT][4], int tin, bf16_t* out, int out_ld, const int* dst,
+                                           const float* wrow, int cnt, int g, int t) {
+#pragma unroll
+  for (int j = 0; j < NT; ++j) {
+#pragma unroll
+    for (int cc = 0; cc < 2; ++cc) {
+      const int n = 8 * j + 2 * t + cc;
+      if (n < cnt) {
+        bf16_t* o = out + (size_t)dst[n] * out_ld;
+        if (DOWN) {
+          o[16 * tin + g] = to_bf16(c[j][cc]);
+          o[16 * tin + g + 8] = to_bf16(c[j][2 + cc]);
+        } else {
+          const float gv = c[j][cc], uv = c[j][2 + cc];
+          o[8 * tin + g] = to_bf16(gv / (1.f + __expf(-gv)) * uv * wrow[n]);
+        }
+      }
+    }
+  }
+}
+
+// the four A registers of k16 step i of a chunk (lo: the chunk's 4 low words, cd: its 2 code words)
+__device__ __forceinline__ void decode_step(const uint4 (&lo)[4], const uint4 (&cd)[2], unsigned int base4, int i,
+                                            unsigned int (&a)[4]) {
+  const uint4 v = lo[i >> 1];
+  const uint4 cw = cd[i >> 2];
+  const unsigned int w = (i & 3) == 0 ? cw.x : (i & 3) == 1 ? cw.y : (i & 3) == 2 ? cw.z : cw.w;
+  decode8((i & 1) ? v.z : v.x, (i & 1) ? v.w : v.y, w, base4, a[0], a[1], a[2], a[3]);
+}
+
+__device__ __forceinline__ unsigned int tile_base4(const int* base, int tile, int g) {
+  const unsigned int bg = (unsigned int)__ldg(base + tile * 16 + g), bg8 = (unsigned int)__ldg(base + tile * 16 + g + 8);
+  return bg | (bg << 8) | (bg8 << 16) | (bg8 << 24);
+}
+
+// grid (R / 16 / (WARPS RT), MAXB), R the packed rows an expert has (2I for gate_up, H for down); NT = BLOCK_M / 8
+// column groups of 8 rows; block_rows' x and out. mma.sync: warp w streams RT consecutive 16-row tiles over all of
+// K (the next chunk's weights in registers while this one's run), the block's x rows in three padded chunk buffers
+template <int NT, int WARPS, int RT, bool DOWN, bool PDL>
+__global__ void __launch_bounds__(32 * WARPS) grouped_mma(
+    bf16_t* __restrict__ out, const bf16_t* __restrict__ x, const bf16_t* __restrict__ sgate,
+    const float* __restrict__ topk_w, const int* __restrict__ sorted, const int* __restrict__ meta,
+    const uint4* __restrict__ low, const uint4* __restrict__ codes, const int* __restrict__ base,
+    const int* __restrict__ eptr, const int* __restrict__ ecol, const float* __restrict__ edelta,
+    int N, int K, int R, int out_ld, int E, int maxb, int k_top) {
+  constexpr int BM = NT * 8, LD = 128 + 8, THREADS = 32 * WARPS, BUF = BM * LD;
+  constexpr int GROWS = (BM * 4 + THREADS - 1) / THREADS;  // shared-gate rows a thread sums (4 threads a row)
+  extern __shared__ __align__(16) bf16_t xs[];  // [3][BM][LD]: x chunks
+  __shared__ int src[BM], dst[BM];
+  __shared__ float wrow[BM];
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
+  const int b = blockIdx.y;
+  if (PDL) pdl_wait();
+  if (b >= __ldcg(meta + 3 * maxb)) return;
+  const int e = __ldcg(meta + b), row0 = __ldcg(meta + maxb + b), cnt = __ldcg(meta + 2 * maxb + b);
+  block_rows<BM, DOWN, THREADS>(src, dst, wrow, sorted, topk_w, row0, cnt, N, k_top, tid);
   const int tin0 = (blockIdx.x * WARPS + warp) * RT, tile0 = e * (R >> 4) + tin0;
-  const int S = K >> 4, nch = K / CK;
+  const int S = K >> 4, nch = K >> 7;
   const uint4* lp = low + (size_t)tile0 * (S >> 1) * 32 + lane;
   const uint4* cp = codes + (size_t)tile0 * (S >> 2) * 32 + lane;
   uint4 lo[RT][4], cd[RT][2];
@@ -281,14 +375,13 @@ __global__ void __launch_bounds__(32 * WARPS) grouped_mma(
     for (int i = 0; i < 4; ++i) lo[rt][i] = __ldg(lp + (size_t)rt * (S >> 1) * 32 + i * 32);
 #pragma unroll
     for (int i = 0; i < 2; ++i) cd[rt][i] = __ldg(cp + (size_t)rt * (S >> 2) * 32 + i * 32);
-    const int r0 = (tile0 + rt) * 16;
-    const unsigned int bg = (unsigned int)__ldg(base + r0 + g), bg8 = (unsigned int)__ldg(base + r0 + g + 8);
-    base4[rt] = bg | (bg << 8) | (bg8 << 16) | (bg8 << 24);
+    base4[rt] = tile_base4(base, tile0 + rt, g);
   }
   __syncthreads();  // src
-  load_chunk<BM, CK, LD, BUF, WG, THREADS>(xs, x, src, cnt, K, 0, 0, tid);
-  if (nch > 1) load_chunk<BM, CK, LD, BUF, WG, THREADS>(xs, x, src, cnt, K, 1, 1, tid);
-  else cp_async_commit();
+  load_x<BM, LD, false, THREADS>(xs, x, src, cnt, K, 0, tid);
+  cp_async_commit();
+  if (nch > 1) load_x<BM, LD, false, THREADS>(xs + BUF, x, src, cnt, K, 1, tid);
+  cp_async_commit();
 
   const int nt = (cnt + 7) >> 3;
   float c[RT][NT][4];
@@ -299,7 +392,7 @@ __global__ void __launch_bounds__(32 * WARPS) grouped_mma(
   float gs[GROWS];
 #pragma unroll
   for (int q = 0; q < GROWS; ++q) gs[q] = 0.f;
-  const bool gate = !DOWN && shared && sgate;
+  const bool gate = !DOWN && e == E && sgate;
   // ldmatrix: lane l gives the address of row (l & 7) of matrix l >> 3: matrices (rows 16jj.., k 0-7), (.., k
   // 8-15), (rows 16jj + 8.., k 0-7), (.., k 8-15) -> b0, b1 of column group 2jj, then of 2jj + 1
   const int lrow = (lane & 7) + ((lane >> 4) << 3), lcol = ((lane >> 3) & 1) << 3;
@@ -317,33 +410,16 @@ __global__ void __launch_bounds__(32 * WARPS) grouped_mma(
         for (int i = 0; i < 2; ++i) cd_n[rt][i] = __ldg(cp + (size_t)rt * (S >> 2) * 32 + i * 32);
       }
     }
-    cp_async_wait1();  // chunk ch has landed (only ch + 1 may still be in flight)
-    if (WG) asm volatile("fence.proxy.async.shared::cta;" ::: "memory");  // visible to wgmma's reads
-    __syncthreads();   // ... for every thread's copies; and every warp is done with chunk ch - 1's buffer
-    if (ch + 2 < nch) load_chunk<BM, CK, LD, BUF, WG, THREADS>(xs, x, src, cnt, K, ch + 2, (ch + 2) % 3, tid);
-    else cp_async_commit();
+    cp_async_wait<1>();  // chunk ch has landed (only ch + 1 may still be in flight)
+    __syncthreads();     // ... for every thread's copies; and every warp is done with chunk ch - 1's buffer
+    if (ch + 2 < nch) load_x<BM, LD, false, THREADS>(xs + (ch + 2) % 3 * BUF, x, src, cnt, K, ch + 2, tid);
+    cp_async_commit();
     const bf16_t* xb = xs + (ch % 3) * BUF;
-    if constexpr (WG) {
-      unsigned int a[8][4];
 #pragma unroll
-      for (int i = 0; i < 8; ++i) {
-        const uint4 v = lo[0][i >> 1];
-        const uint4 cw = cd[0][i >> 2];
-        const unsigned int w = (i & 3) == 0 ? cw.x : (i & 3) == 1 ? cw.y : (i & 3) == 2 ? cw.z : cw.w;
-        decode8((i & 1) ? v.z : v.x, (i & 1) ? v.w : v.y, w, base4[0], a[i][0], a[i][1], a[i][2], a[i][3]);
-      }
-      wgmma_chunk<NT, BM>(c[0], a, (unsigned int)__cvta_generic_to_shared(xb), (cnt + 15) >> 4);
-    }
-#pragma unroll
-    for (int i = 0; i < (WG ? 0 : 8); ++i) {
+    for (int i = 0; i < 8; ++i) {
       unsigned int a[RT][4];
 #pragma unroll
-      for (int rt = 0; rt < RT; ++rt) {
-        const uint4 v = lo[rt][i >> 1];
-        const uint4 cw = cd[rt][i >> 2];
-        const unsigned int w = (i & 3) == 0 ? cw.x : (i & 3) == 1 ? cw.y : (i & 3) == 2 ? cw.z : cw.w;
-        decode8((i & 1) ? v.z : v.x, (i & 1) ? v.w : v.y, w, base4[rt], a[rt][0], a[rt][1], a[rt][2], a[rt][3]);
-      }
+      for (int rt = 0; rt < RT; ++rt) decode_step(lo[rt], cd[rt], base4[rt], i, a[rt]);
 #pragma unroll
       for (int jj = 0; jj < NT / 2; ++jj) {
         if (2 * jj < nt) {
@@ -357,25 +433,7 @@ __global__ void __launch_bounds__(32 * WARPS) grouped_mma(
         }
       }
     }
-    if (gate) {  // the shared expert's gate: thread (r, quarter) sums 32 columns of row r
-#pragma unroll
-      for (int q = 0; q < GROWS; ++q) {
-        const int r = (tid >> 2) + q * (THREADS >> 2);
-        if (r < cnt) {
-          const uint4* sr = reinterpret_cast<const uint4*>(sgate + ch * CK + (tid & 3) * 32);
-          float s = 0.f;
-#pragma unroll
-          for (int u = 0; u < 4; ++u) {
-            const uint4 xv = *reinterpret_cast<const uint4*>(xb + seg_off<BM, LD, WG>(r, 4 * (tid & 3) + u));
-            const uint4 sv = __ldg(sr + u);
-            const unsigned int xw[4] = {xv.x, xv.y, xv.z, xv.w}, sw[4] = {sv.x, sv.y, sv.z, sv.w};
-#pragma unroll
-            for (int m = 0; m < 4; ++m) s += bf16_lo(xw[m]) * bf16_lo(sw[m]) + bf16_hi(xw[m]) * bf16_hi(sw[m]);
-          }
-          gs[q] += s;
-        }
-      }
-    }
+    if (gate) gate_chunk<BM, LD, false, GROWS, THREADS>(gs, xb, sgate, ch, cnt, tid);
 #pragma unroll
     for (int rt = 0; rt < RT; ++rt) {
 #pragma unroll
@@ -384,60 +442,90 @@ __global__ void __launch_bounds__(32 * WARPS) grouped_mma(
       for (int i = 0; i < 2; ++i) cd[rt][i] = cd_n[rt][i];
     }
   }
-  if (gate) {
+  if (gate) gate_finish<GROWS, THREADS>(wrow, gs, cnt, tid);
 #pragma unroll
-    for (int q = 0; q < GROWS; ++q) {
-      float s = gs[q];
-      s += __shfl_xor_sync(0xFFFFFFFFu, s, 1);
-      s += __shfl_xor_sync(0xFFFFFFFFu, s, 2);
-      const int r = (tid >> 2) + q * (THREADS >> 2);
-      if ((tid & 3) == 0 && r < cnt) wrow[r] = 1.f / (1.f + __expf(-s));
-    }
-  }
-  // escapes of the thread's rows g and g + 8: + delta * x[source row, col] for its columns
-#pragma unroll
-  for (int rt = 0; rt < RT; ++rt) {
-#pragma unroll
-    for (int half = 0; half < 2; ++half) {
-      const int row = (tile0 + rt) * 16 + g + 8 * half;
-      const int e1 = __ldg(eptr + row + 1);
-      for (int q = __ldg(eptr + row); q < e1; ++q) {
-        const int col = __ldg(ecol + q);
-        const float d = __ldg(edelta + q);
-#pragma unroll
-        for (int j = 0; j < NT; ++j) {
-#pragma unroll
-          for (int cc = 0; cc < 2; ++cc) {
-            const int n = 8 * j + 2 * t + cc;
-            if (n < cnt)
-              c[rt][j][2 * half + cc] += d * bf16_lo((unsigned int)__ldcg(x + (size_t)src[n] * K + col));
-          }
-        }
-      }
-    }
-  }
+  for (int rt = 0; rt < RT; ++rt) tile_escapes<NT>(c[rt], tile0 + rt, x, K, src, eptr, ecol, edelta, cnt, g, t);
   __syncthreads();  // wrow
 #pragma unroll
-  for (int rt = 0; rt < RT; ++rt) {
-    const int tin = tin0 + rt;  // the tile within the expert
+  for (int rt = 0; rt < RT; ++rt) tile_store<NT, DOWN>(c[rt], tin0 + rt, out, out_ld, dst, wrow, cnt, g, t);
+}
+
+// The same contract on wgmma: warp w takes one 16-row tile and each warpgroup's four tiles are the A operand of one
+// m64nNk16 a k16 step (wgmma_chunk). Chunk ch (128 columns) of the block's x rows (swizzled) and of every warp's
+// weights pass through STAGES shared-memory stages (cp.async, STAGES - 1 chunks in flight); each thread reads its
+// fragments of a chunk's weights from there and decodes them into registers
+template <int NT, int WARPS, int STAGES, bool DOWN, bool PDL>
+__global__ void __launch_bounds__(32 * WARPS) grouped_wgmma(
+    bf16_t* __restrict__ out, const bf16_t* __restrict__ x, const bf16_t* __restrict__ sgate,
+    const float* __restrict__ topk_w, const int* __restrict__ sorted, const int* __restrict__ meta,
+    const uint4* __restrict__ low, const uint4* __restrict__ codes, const int* __restrict__ base,
+    const int* __restrict__ eptr, const int* __restrict__ ecol, const float* __restrict__ edelta,
+    int N, int K, int R, int out_ld, int E, int maxb, int k_top) {
+  constexpr int BM = NT * 8, THREADS = 32 * WARPS, BUF = BM * 128, WBUF = WARPS * 6 * 32;
+  constexpr int GROWS = (BM * 4 + THREADS - 1) / THREADS;
+  static_assert(WARPS % 4 == 0 && STAGES >= 2, "whole warpgroups; at least two stages");
+  // [STAGES][BUF] bf16 x chunks from a 1024-byte boundary (the swizzle's period), then [STAGES][WARPS][6][32] uint4:
+  // each lane's 4 low and 2 code words of its warp's tile for the chunk
+  extern __shared__ __align__(16) unsigned char smem[];
+  const unsigned int s0 = (unsigned int)__cvta_generic_to_shared(smem);
+  bf16_t* xs = reinterpret_cast<bf16_t*>(smem + ((1024u - (s0 & 1023u)) & 1023u));
+  uint4* ws = reinterpret_cast<uint4*>(xs + STAGES * BUF);
+  __shared__ int src[BM], dst[BM];
+  __shared__ float wrow[BM];
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
+  const int b = blockIdx.y;
+  if (PDL) pdl_wait();
+  if (b >= __ldcg(meta + 3 * maxb)) return;
+  const int e = __ldcg(meta + b), row0 = __ldcg(meta + maxb + b), cnt = __ldcg(meta + 2 * maxb + b);
+  block_rows<BM, DOWN, THREADS>(src, dst, wrow, sorted, topk_w, row0, cnt, N, k_top, tid);
+  const int tin = blockIdx.x * WARPS + warp, tile = e * (R >> 4) + tin;
+  const int nch = K >> 7;
+  const uint4* lp = low + (size_t)tile * (K >> 5) * 32 + lane;  // chunk ch: + ch 4 32
+  const uint4* cp = codes + (size_t)tile * (K >> 6) * 32 + lane;  // chunk ch: + ch 2 32
+  const unsigned int base4 = tile_base4(base, tile, g);
+  __syncthreads();  // src
+  auto load = [&](int ch) {
+    const int st = ch % STAGES;
+    load_x<BM, 0, true, THREADS>(xs + st * BUF, x, src, cnt, K, ch, tid);
+    uint4* wd = ws + st * WBUF + warp * 6 * 32 + lane;
 #pragma unroll
-    for (int j = 0; j < NT; ++j) {
+    for (int i = 0; i < 4; ++i) cp_async16(wd + i * 32, lp + ch * 128 + i * 32);
 #pragma unroll
-      for (int cc = 0; cc < 2; ++cc) {
-        const int n = 8 * j + 2 * t + cc;
-        if (n < cnt) {
-          bf16_t* o = out + (size_t)dst[n] * out_ld;
-          if (DOWN) {  // rows g and g + 8 of the tile are output columns 16 tin + g and + 8
-            o[16 * tin + g] = to_bf16(c[rt][j][cc]);
-            o[16 * tin + g + 8] = to_bf16(c[rt][j][2 + cc]);
-          } else {  // row g is gate column 8 tin + g, row g + 8 the up column of the same index
-            const float gv = c[rt][j][cc], uv = c[rt][j][2 + cc];
-            o[8 * tin + g] = to_bf16(gv / (1.f + __expf(-gv)) * uv * wrow[n]);
-          }
-        }
-      }
-    }
+    for (int i = 0; i < 2; ++i) cp_async16(wd + (4 + i) * 32, cp + ch * 64 + i * 32);
+  };
+#pragma unroll
+  for (int s = 0; s < STAGES - 1; ++s) {
+    if (s < nch) load(s);
+    cp_async_commit();
   }
+  float c[NT][4];
+#pragma unroll
+  for (int j = 0; j < NT; ++j) c[j][0] = c[j][1] = c[j][2] = c[j][3] = 0.f;
+  float gs[GROWS];
+#pragma unroll
+  for (int q = 0; q < GROWS; ++q) gs[q] = 0.f;
+  const bool gate = !DOWN && e == E && sgate;
+  const int n16 = (cnt + 15) >> 4;
+#pragma unroll 1
+  for (int ch = 0; ch < nch; ++ch) {
+    cp_async_wait<STAGES - 2>();  // chunk ch has landed (ch + 1 .. ch + STAGES - 2 may still be in flight)
+    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");  // ... for the tensor cores' reads too
+    __syncthreads();  // ... for every thread's copies; and every warp is done with chunk ch - 1's stage
+    if (ch + STAGES - 1 < nch) load(ch + STAGES - 1);
+    cp_async_commit();
+    const int st = ch % STAGES;
+    const uint4* wb = ws + st * WBUF + warp * 6 * 32 + lane;
+    const uint4 lo[4] = {wb[0], wb[32], wb[64], wb[96]}, cd[2] = {wb[128], wb[160]};
+    unsigned int a[8][4];
+#pragma unroll
+    for (int i = 0; i < 8; ++i) decode_step(lo, cd, base4, i, a[i]);
+    wgmma_chunk<NT, BM>(c, a, (unsigned int)__cvta_generic_to_shared(xs + st * BUF), n16);
+    if (gate) gate_chunk<BM, 0, true, GROWS, THREADS>(gs, xs + st * BUF, sgate, ch, cnt, tid);
+  }
+  if (gate) gate_finish<GROWS, THREADS>(wrow, gs, cnt, tid);
+  tile_escapes<NT>(c, tile, x, K, src, eptr, ecol, edelta, cnt, g, t);
+  __syncthreads();  // wrow
+  tile_store<NT, DOWN>(c, tin, out, out_ld, dst, wrow, cnt, g, t);
 }
 """
 )
@@ -462,26 +550,32 @@ def _launch(
     n_experts: int,
 ) -> torch.Tensor:
     """The grouped kernel over the packed matrix p (``rows`` packed rows an expert) into out; ``tiles`` (WARPS, RT,
-    WG), else the plan's for block_m."""
-    warps, rt, wg = tiles or PLANS.get(block_m, UNPLANNED_TILES)
+    STAGES), else the plan's for block_m."""
+    warps, rt, stages = tiles or PLANS.get(block_m, UNPLANNED_TILES)
     k_top, K = topk_weights.shape[1], x.shape[1]
     require(
         block_m in BLOCK_MS and K % CHUNK_K == 0 and (rows // 16) % (warps * rt) == 0,
         f"the grouped mma kernels take BLOCK_M in {BLOCK_MS} (got {block_m}), K a multiple of {CHUNK_K} (got {K}) "
         f"and an expert's {rows // 16} 16-row tiles a multiple of WARPS x RT = {warps} x {rt}",
     )
-    require(
-        not wg or (rt == 1 and warps % 4 == 0), f"wgmma tiles are warpgroups of RT 1 (got {warps} x {rt})"
-    )
     pdl = pdl_enabled(x)
-    buf = block_m * (CHUNK_K if wg else CHUNK_K + 8) * 2  # bytes of one chunk buffer (seg_off's layout)
-    args = (block_m // 8, warps, rt, down, pdl, wg)
-    template_kernel(SOURCE, "grouped_mma", args, _PARAMS, x.device).launch(
+    if stages:  # x chunks and the warps' weights a stage, from a 1024-byte boundary
+        smem = stages * (block_m * CHUNK_K * 2 + warps * 6 * 32 * 16) + 1024
+        name, targs = "grouped_wgmma", (block_m // 8, warps, stages, down, pdl)
+    else:
+        smem = 3 * block_m * (CHUNK_K + 8) * 2
+        name, targs = "grouped_mma", (block_m // 8, warps, rt, down, pdl)
+    require(
+        stages == 0 or (stages >= 2 and rt == 1 and warps % 4 == 0 and smem <= MAX_SHARED),
+        f"wgmma tiles are warpgroups of RT 1 with 2 or more stages in {MAX_SHARED} bytes of shared memory (got "
+        f"{warps} warps x {rt}, {stages} stages: {smem} bytes)",
+    )
+    template_kernel(SOURCE, name, targs, _PARAMS, x.device).launch(
         (rows // 16 // (warps * rt), max_blocks),
         32 * warps,
         (out, x, sg, topk_weights, sorted_pairs, meta, p.low, p.codes, p.base, p.escape_ptr, p.escape_col,
          p.escape_delta, topk_weights.numel(), K, rows, out.shape[1], n_experts, max_blocks, k_top),
-        shared_mem=3 * buf + (1024 if wg else 0),
+        shared_mem=smem,
         pdl=pdl,
     )  # fmt: skip
     return out
