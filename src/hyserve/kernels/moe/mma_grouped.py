@@ -49,8 +49,10 @@ from hyserve.kernels.pdl import enabled as pdl_enabled
 CHUNK_K = 128  # x columns a shared-memory chunk holds (8 k16 steps: one weight chunk of a thread)
 BLOCK_MS = (16, 32, 64, 128)  # the routing's BLOCK_M values the kernel is built for (8-token column groups)
 # (WARPS a CTA, RT 16-row tiles a warp, STAGES: 0 for the mma.sync kernel, else the wgmma kernel's shared-memory
-# stages) by BLOCK_M where the kernels beat the Triton plans (``tiles=`` overrides: bench, tests)
-PLANS = {16: (4, 1, 0), 32: (4, 1, 3), 64: (8, 1, 3)}
+# stages) by BLOCK_M where the kernels beat the Triton plans (``tiles=`` overrides: bench, tests). H100, 2026-12-06
+# (``bench --mma-grouped``), us, Triton / mma.sync 4w / wgmma 8w 3 stages: gate_up at 512 tokens (BLOCK_M 32) 372 /
+# 302 / 294, down+sum 213 / 191 / 187; at 1024 (64) gate_up 379 / 419 / 384, down+sum 224 / 271 / 291
+PLANS = {16: (4, 1, 0), 32: (8, 1, 3)}
 UNPLANNED_TILES = (8, 1, 0)  # a direct call at another BLOCK_M (tests, bench)
 MAX_SHARED = 227 * 1024  # bytes of shared memory a CTA may have on Hopper
 Tiles = tuple[int, int, int]
