@@ -266,7 +266,7 @@ MMA_GROUPED_TILES = (
     (8, 1, 3),
     (8, 1, 4),
     (8, 1, 5),
-)  # (WARPS, RT, STAGES) variants of the grouped kernels (STAGES 0: mma.sync, else wgmma with that many stages)
+)  # (WARPS, RT, STAGES) variants of the grouped kernels (STAGES 0: mma.sync, else wgmma: WARPS consumers, STAGES)
 
 
 def grouped_mma_times(tokens: tuple[int, ...], top_k: int = 8) -> list[dict]:

@@ -452,26 +452,55 @@ __global__ void __launch_bounds__(32 * WARPS) grouped_mma(
   for (int rt = 0; rt < RT; ++rt) tile_store<NT, DOWN>(c[rt], tin0 + rt, out, out_ld, dst, wrow, cnt, g, t);
 }
 
-// The same contract on wgmma: warp w takes one 16-row tile and each warpgroup's four tiles are the A operand of one
-// m64nNk16 a k16 step (wgmma_chunk). Chunk ch (128 columns) of the block's x rows (swizzled) and of every warp's
-// weights pass through STAGES shared-memory stages (cp.async, STAGES - 1 chunks in flight); each thread reads its
-// fragments of a chunk's weights from there and decodes them into registers
-template <int NT, int WARPS, int STAGES, bool DOWN, bool PDL>
-__global__ void __launch_bounds__(32 * WARPS) grouped_wgmma(
+__device__ __forceinline__ unsigned int smem_u32(const void* p) { return (unsigned int)__cvta_generic_to_shared(p); }
+__device__ __forceinline__ void mbar_init(unsigned int bar, unsigned int count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(count) : "memory");
+}
+__device__ __forceinline__ void mbar_wait(unsigned int bar, unsigned int parity) {  // that phase has completed
+  unsigned int ok = 0;
+  do {
+    asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}"
+                 : "=r"(ok) : "r"(bar), "r"(parity) : "memory");
+  } while (!ok);
+}
+__device__ __forceinline__ void mbar_arrive(unsigned int bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(bar) : "memory");
+}
+__device__ __forceinline__ void mbar_expect_tx(unsigned int bar, unsigned int bytes) {  // an arrival + the bytes
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void bulk_load(unsigned int dst, const void* src, unsigned int bytes, unsigned int bar) {
+  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
+               ::"r"(dst), "l"(src), "r"(bytes), "r"(bar) : "memory");
+}
+__device__ __forceinline__ void cp_async_arrive(unsigned int bar) {  // an arrival once this thread's cp.async land
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(bar) : "memory");
+}
+
+// The same contract on wgmma, warp-specialized: CW consumer warps, one 16-row tile each (a warpgroup's four tiles are
+// the A operand of one m64nNk16 a k16 step, wgmma_chunk), and a producer warp that fills STAGES shared-memory stages
+// ahead of them: each consumer warp's weight chunk (2 KB of low words, 1 KB of codes) by bulk copy and the block's x
+// rows (swizzled) by cp.async, both completing the stage's `full` barrier (32 + 1 arrivals and the bulk bytes). A
+// consumer warp reads its fragments from the stage, decodes them into the A registers, and frees the stage on `empty`
+// (CW arrivals) once its wgmma have read the x rows. No CTA-wide barrier in the K loop: the warpgroups and the loads
+// run ahead of each other as far as the stages allow
+template <int NT, int CW, int STAGES, bool DOWN, bool PDL>
+__global__ void __launch_bounds__(32 * CW + 32) grouped_wgmma(
     bf16_t* __restrict__ out, const bf16_t* __restrict__ x, const bf16_t* __restrict__ sgate,
     const float* __restrict__ topk_w, const int* __restrict__ sorted, const int* __restrict__ meta,
     const uint4* __restrict__ low, const uint4* __restrict__ codes, const int* __restrict__ base,
     const int* __restrict__ eptr, const int* __restrict__ ecol, const float* __restrict__ edelta,
     int N, int K, int R, int out_ld, int E, int maxb, int k_top) {
-  constexpr int BM = NT * 8, THREADS = 32 * WARPS, BUF = BM * 128, WBUF = WARPS * 6 * 32;
+  constexpr int BM = NT * 8, THREADS = 32 * CW, BUF = BM * 128, WBUF = CW * 192;
   constexpr int GROWS = (BM * 4 + THREADS - 1) / THREADS;
-  static_assert(WARPS % 4 == 0 && STAGES >= 2, "whole warpgroups; at least two stages");
-  // [STAGES][BUF] bf16 x chunks from a 1024-byte boundary (the swizzle's period), then [STAGES][WARPS][6][32] uint4:
-  // each lane's 4 low and 2 code words of its warp's tile for the chunk
+  static_assert(CW % 4 == 0 && CW <= 16 && STAGES >= 2, "whole warpgroups (at most 16 warps); two or more stages");
+  // [STAGES][BUF] bf16 x chunks from a 1024-byte boundary (the swizzle's period), then [STAGES][CW][192] uint4: a
+  // warp's 128 low and 64 code words of its tile for the chunk (lane l's fragments at l, l + 32, ...)
   extern __shared__ __align__(16) unsigned char smem[];
-  const unsigned int s0 = (unsigned int)__cvta_generic_to_shared(smem);
+  const unsigned int s0 = smem_u32(smem);
   bf16_t* xs = reinterpret_cast<bf16_t*>(smem + ((1024u - (s0 & 1023u)) & 1023u));
   uint4* ws = reinterpret_cast<uint4*>(xs + STAGES * BUF);
+  __shared__ __align__(8) unsigned long long full[STAGES], empty[STAGES];
   __shared__ int src[BM], dst[BM];
   __shared__ float wrow[BM];
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
@@ -479,27 +508,42 @@ __global__ void __launch_bounds__(32 * WARPS) grouped_wgmma(
   if (PDL) pdl_wait();
   if (b >= __ldcg(meta + 3 * maxb)) return;
   const int e = __ldcg(meta + b), row0 = __ldcg(meta + maxb + b), cnt = __ldcg(meta + 2 * maxb + b);
-  block_rows<BM, DOWN, THREADS>(src, dst, wrow, sorted, topk_w, row0, cnt, N, k_top, tid);
-  const int tin = blockIdx.x * WARPS + warp, tile = e * (R >> 4) + tin;
-  const int nch = K >> 7;
-  const uint4* lp = low + (size_t)tile * (K >> 5) * 32 + lane;  // chunk ch: + ch 4 32
-  const uint4* cp = codes + (size_t)tile * (K >> 6) * 32 + lane;  // chunk ch: + ch 2 32
-  const unsigned int base4 = tile_base4(base, tile, g);
-  __syncthreads();  // src
-  auto load = [&](int ch) {
-    const int st = ch % STAGES;
-    load_x<BM, 0, true, THREADS>(xs + st * BUF, x, src, cnt, K, ch, tid);
-    uint4* wd = ws + st * WBUF + warp * 6 * 32 + lane;
+  if (tid == 0) {
 #pragma unroll
-    for (int i = 0; i < 4; ++i) cp_async16(wd + i * 32, lp + ch * 128 + i * 32);
-#pragma unroll
-    for (int i = 0; i < 2; ++i) cp_async16(wd + (4 + i) * 32, cp + ch * 64 + i * 32);
-  };
-#pragma unroll
-  for (int s = 0; s < STAGES - 1; ++s) {
-    if (s < nch) load(s);
-    cp_async_commit();
+    for (int s = 0; s < STAGES; ++s) {
+      mbar_init(smem_u32(&full[s]), 33);
+      mbar_init(smem_u32(&empty[s]), CW);
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
   }
+  block_rows<BM, DOWN, THREADS + 32>(src, dst, wrow, sorted, topk_w, row0, cnt, N, k_top, tid);
+  __syncthreads();  // src, the barriers
+  const int nch = K >> 7, tin0 = blockIdx.x * CW;
+  if (warp == CW) {
+    const size_t tile0 = (size_t)e * (R >> 4) + tin0;
+    const uint4* lw = low + tile0 * (K >> 5) * 32;  // tile tile0 + w: + w (K / 32) 32, chunk ch: + 128 ch
+    const uint4* cw = codes + tile0 * (K >> 6) * 32;  // + w (K / 64) 32, + 64 ch
+#pragma unroll 1
+    for (int ch = 0; ch < nch; ++ch) {
+      const int st = ch % STAGES;
+      if (ch >= STAGES) mbar_wait(smem_u32(&empty[st]), ((ch / STAGES) & 1) ^ 1);
+      const unsigned int fb = smem_u32(&full[st]);
+      const uint4* wd = ws + st * WBUF;
+      if (lane == 0) mbar_expect_tx(fb, CW * 3072);
+      __syncwarp();
+      if (lane < CW) {
+        bulk_load(smem_u32(wd + lane * 192), lw + (size_t)lane * (K >> 5) * 32 + ch * 128, 2048, fb);
+      } else if (lane >= 16 && lane < 16 + CW) {
+        const int w = lane - 16;
+        bulk_load(smem_u32(wd + w * 192 + 128), cw + (size_t)w * (K >> 6) * 32 + ch * 64, 1024, fb);
+      }
+      load_x<BM, 0, true, 32>(xs + st * BUF, x, src, cnt, K, ch, lane);
+      cp_async_arrive(fb);
+    }
+    return;
+  }
+  const int tin = tin0 + warp, tile = e * (R >> 4) + tin;
+  const unsigned int base4 = tile_base4(base, tile, g);
   float c[NT][4];
 #pragma unroll
   for (int j = 0; j < NT; ++j) c[j][0] = c[j][1] = c[j][2] = c[j][3] = 0.f;
@@ -510,23 +554,23 @@ __global__ void __launch_bounds__(32 * WARPS) grouped_wgmma(
   const int n16 = (cnt + 15) >> 4;
 #pragma unroll 1
   for (int ch = 0; ch < nch; ++ch) {
-    cp_async_wait<STAGES - 2>();  // chunk ch has landed (ch + 1 .. ch + STAGES - 2 may still be in flight)
-    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");  // ... for the tensor cores' reads too
-    __syncthreads();  // ... for every thread's copies; and every warp is done with chunk ch - 1's stage
-    if (ch + STAGES - 1 < nch) load(ch + STAGES - 1);
-    cp_async_commit();
     const int st = ch % STAGES;
-    const uint4* wb = ws + st * WBUF + warp * 6 * 32 + lane;
+    mbar_wait(smem_u32(&full[st]), (ch / STAGES) & 1);
+    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");  // the cp.async rows, for the tensor cores' reads
+    const uint4* wb = ws + st * WBUF + warp * 192 + lane;
     const uint4 lo[4] = {wb[0], wb[32], wb[64], wb[96]}, cd[2] = {wb[128], wb[160]};
     unsigned int a[8][4];
 #pragma unroll
     for (int i = 0; i < 8; ++i) decode_step(lo, cd, base4, i, a[i]);
-    wgmma_chunk<NT, BM>(c, a, (unsigned int)__cvta_generic_to_shared(xs + st * BUF), n16);
+    wgmma_chunk<NT, BM>(c, a, smem_u32(xs + st * BUF), n16);
     if (gate) gate_chunk<BM, 0, true, GROWS, THREADS>(gs, xs + st * BUF, sgate, ch, cnt, tid);
+    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");  // these reads before the next bulk copies' writes
+    __syncwarp();
+    if (lane == 0) mbar_arrive(smem_u32(&empty[st]));
   }
   if (gate) gate_finish<GROWS, THREADS>(wrow, gs, cnt, tid);
   tile_escapes<NT>(c, tile, x, K, src, eptr, ecol, edelta, cnt, g, t);
-  __syncthreads();  // wrow
+  asm volatile("bar.sync 1, %0;" ::"n"(THREADS) : "memory");  // wrow (the consumers only: the producer has left)
   tile_store<NT, DOWN>(c, tin, out, out_ld, dst, wrow, cnt, g, t);
 }
 """
@@ -561,20 +605,22 @@ def _launch(
         f"and an expert's {rows // 16} 16-row tiles a multiple of WARPS x RT = {warps} x {rt}",
     )
     pdl = pdl_enabled(x)
-    if stages:  # x chunks and the warps' weights a stage, from a 1024-byte boundary
-        smem = stages * (block_m * CHUNK_K * 2 + warps * 6 * 32 * 16) + 1024
-        name, targs = "grouped_wgmma", (block_m // 8, warps, stages, down, pdl)
+    if (
+        stages
+    ):  # x chunks and the consumer warps' weights a stage, from a 1024-byte boundary; + a producer warp
+        smem = stages * (block_m * CHUNK_K * 2 + warps * 3072) + 1024
+        name, targs, threads = "grouped_wgmma", (block_m // 8, warps, stages, down, pdl), 32 * warps + 32
     else:
         smem = 3 * block_m * (CHUNK_K + 8) * 2
-        name, targs = "grouped_mma", (block_m // 8, warps, rt, down, pdl)
+        name, targs, threads = "grouped_mma", (block_m // 8, warps, rt, down, pdl), 32 * warps
     require(
-        stages == 0 or (stages >= 2 and rt == 1 and warps % 4 == 0 and smem <= MAX_SHARED),
+        stages == 0 or (stages >= 2 and rt == 1 and warps in (4, 8, 12, 16) and smem <= MAX_SHARED),
         f"wgmma tiles are warpgroups of RT 1 with 2 or more stages in {MAX_SHARED} bytes of shared memory (got "
         f"{warps} warps x {rt}, {stages} stages: {smem} bytes)",
     )
     template_kernel(SOURCE, name, targs, _PARAMS, x.device).launch(
         (rows // 16 // (warps * rt), max_blocks),
-        32 * warps,
+        threads,
         (out, x, sg, topk_weights, sorted_pairs, meta, p.low, p.codes, p.base, p.escape_ptr, p.escape_col,
          p.escape_delta, topk_weights.numel(), K, rows, out.shape[1], n_experts, max_blocks, k_top),
         shared_mem=smem,
