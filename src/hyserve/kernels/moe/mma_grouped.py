@@ -23,14 +23,15 @@ each result written to the row of its pair.
 The grid is (rows of an expert / 16 / (WARPS RT), MAXB): blocks past the routing's block count exit at once
 (CUDA-graph safe), and the CTAs of one block are adjacent, so its x rows are read from HBM once.
 
-With WG tiles (``wgmma``): each warpgroup's four decoded tiles are the A operand of one ``wgmma.mma_async``
-m64nNk16 a k16 step (A from registers, N the block's tokens rounded up to 16, an instance each chosen at run time),
-the tokens read by the tensor cores from the chunk buffers in the K-major 128-byte swizzle; the accumulators have
-the mma.sync layout, so the gate, escapes and epilogue are shared.
+``grouped_wgmma`` has the same contract on ``wgmma.mma_async``, warp-specialized. WARPS consumer warps take one
+16-row tile each; a warpgroup's four decoded tiles are the A operand (registers) of one m64nNk16 a k16 step, N the
+block's tokens rounded up to 16 (an instance each, chosen at run time), the tokens read by the tensor cores from
+shared memory in the K-major 128-byte swizzle. A producer warp fills STAGES stages ahead of them (each consumer
+warp's weight chunk by bulk copy, the block's x rows by cp.async) against full / empty mbarriers, so loads,
+decoding and the tensor cores overlap without a CTA-wide barrier in the K loop. The accumulators have the
+mma.sync layout, so both kernels share the gate, escapes and stores.
 
-Where it wins (``PLANS``): blocks of up to 64 tokens (prefills to ~1024 tokens, batched decode), mma.sync at 16,
-wgmma at 32 and 64 (the H100 rows of docs/performance.md, 2026-12-06). With full blocks of 128 tokens (from ~2048)
-the Triton kernels stay.
+Where they win: ``PLANS`` (the H100 rows of docs/performance.md, 2026-12-06).
 """
 
 from __future__ import annotations
