@@ -213,13 +213,25 @@ __device__ __forceinline__ int seg_off(int r, int s) {
   return WG ? (s >> 3) * BM * 64 + r * 64 + (((s & 7) ^ (r & 7)) << 3) : r * LD + s * 8;
 }
 
-// cp.async of the rows [0, cnt) of chunk ch (columns [128 ch, + 128)) of the source rows src[r] into dst
-template <int BM, int LD, bool WG, int THREADS>
+// cp.async of the rows [0, cnt) of chunk ch (columns [128 ch, + 128)) of the source rows src[r] into dst (rows
+// padded to LD)
+template <int LD, int THREADS>
 __device__ __forceinline__ void load_x(bf16_t* dst, const bf16_t* x, const int* src, int cnt, int K, int ch, int tid) {
   for (int i = tid; i < cnt * 16; i += THREADS) {
     const int r = i >> 4, s = i & 15;
-    cp_async16(dst + seg_off<BM, LD, WG>(r, s), x + (size_t)src[r] * K + ch * 128 + s * 8);
+    cp_async16(dst + r * LD + s * 8, x + (size_t)src[r] * K + ch * 128 + s * 8);
   }
+}
+
+// the producer warp's cp.async of chunk ch of the rows [0, cnt) into dst (wgmma's swizzle): lane l copies segment
+// l & 15 of rows l >> 4, + 2, + 4, ...
+template <int BM>
+__device__ __forceinline__ void load_x_warp(bf16_t* dst, const bf16_t* x, const int* src, int cnt, int K, int ch,
+                                            int lane) {
+  const int s = lane & 15, sl = s & 7, col = ch * 128 + s * 8;
+  bf16_t* d = dst + (s >> 3) * BM * 64;
+#pragma unroll 4
+  for (int r = lane >> 4; r < cnt; r += 2) cp_async16(d + r * 64 + ((sl ^ (r & 7)) << 3), x + (size_t)src[r] * K + col);
 }
 
 // the block's rows r < BM: src[r] the row of x it reads, dst[r] the row it writes, wrow[r] its routing weight (1 for
@@ -381,9 +393,9 @@ __global__ void __launch_bounds__(32 * WARPS) grouped_mma(
     base4[rt] = tile_base4(base, tile0 + rt, g);
   }
   __syncthreads();  // src
-  load_x<BM, LD, false, THREADS>(xs, x, src, cnt, K, 0, tid);
+  load_x<LD, THREADS>(xs, x, src, cnt, K, 0, tid);
   cp_async_commit();
-  if (nch > 1) load_x<BM, LD, false, THREADS>(xs + BUF, x, src, cnt, K, 1, tid);
+  if (nch > 1) load_x<LD, THREADS>(xs + BUF, x, src, cnt, K, 1, tid);
   cp_async_commit();
 
   const int nt = (cnt + 7) >> 3;
@@ -415,7 +427,7 @@ __global__ void __launch_bounds__(32 * WARPS) grouped_mma(
     }
     cp_async_wait<1>();  // chunk ch has landed (only ch + 1 may still be in flight)
     __syncthreads();     // ... for every thread's copies; and every warp is done with chunk ch - 1's buffer
-    if (ch + 2 < nch) load_x<BM, LD, false, THREADS>(xs + (ch + 2) % 3 * BUF, x, src, cnt, K, ch + 2, tid);
+    if (ch + 2 < nch) load_x<LD, THREADS>(xs + (ch + 2) % 3 * BUF, x, src, cnt, K, ch + 2, tid);
     cp_async_commit();
     const bf16_t* xb = xs + (ch % 3) * BUF;
 #pragma unroll
@@ -538,7 +550,7 @@ __global__ void __launch_bounds__(32 * CW + 32) grouped_wgmma(
         const int w = lane - 16;
         bulk_load(smem_u32(wd + w * 192 + 128), cw + (size_t)w * (K >> 6) * 32 + ch * 64, 1024, fb);
       }
-      load_x<BM, 0, true, 32>(xs + st * BUF, x, src, cnt, K, ch, lane);
+      load_x_warp<BM>(xs + st * BUF, x, src, cnt, K, ch, lane);
       cp_async_arrive(fb);
     }
     return;
