@@ -23,13 +23,12 @@ each result written to the row of its pair.
 The grid is (rows of an expert / 16 / (WARPS RT), MAXB): blocks past the routing's block count exit at once
 (CUDA-graph safe), and the CTAs of one block are adjacent, so its x rows are read from HBM once.
 
-``grouped_wgmma`` has the same contract on ``wgmma.mma_async``, warp-specialized. WARPS consumer warps take one
-16-row tile each; a warpgroup's four decoded tiles are the A operand (registers) of one m64nNk16 a k16 step, N the
-block's tokens rounded up to 16 (an instance each, chosen at run time), the tokens read by the tensor cores from
-shared memory in the K-major 128-byte swizzle. A producer warp fills STAGES stages ahead of them (each consumer
-warp's weight chunk by bulk copy, the block's x rows by cp.async) against full / empty mbarriers, so loads,
-decoding and the tensor cores overlap without a CTA-wide barrier in the K loop. The accumulators have the
-mma.sync layout, so both kernels share the gate, escapes and stores.
+``grouped_wgmma`` has the same contract on ``wgmma.mma_async``: a warpgroup's four decoded tiles are the A operand
+(registers) of one m64nNk16 a k16 step, N the block's tokens rounded up to 16 (an instance each, chosen at run
+time), the tokens read by the tensor cores from the chunk buffers in the K-major 128-byte swizzle. The accumulators
+have the mma.sync layout, so both kernels share the gate, escapes and stores. (Staging the weights through shared
+memory too, and a warp-specialized form with a producer warp and mbarriers, were slower on the H100:
+docs/performance.md, 2026-12-06.)
 
 Where they win: ``PLANS`` (the H100 rows of docs/performance.md, 2026-12-06).
 """
@@ -49,14 +48,14 @@ from hyserve.kernels.pdl import enabled as pdl_enabled
 
 CHUNK_K = 128  # x columns a shared-memory chunk holds (8 k16 steps: one weight chunk of a thread)
 BLOCK_MS = (16, 32, 64, 128)  # the routing's BLOCK_M values the kernel is built for (8-token column groups)
-# (WARPS a CTA, RT 16-row tiles a warp, STAGES: 0 for the mma.sync kernel, else the wgmma kernel's shared-memory
-# stages) by BLOCK_M where the kernels beat the Triton plans (``tiles=`` overrides: bench, tests). H100, 2026-12-06
-# (``bench --mma-grouped``), us, Triton / mma.sync 4w / wgmma 8w 3 stages: gate_up at 512 tokens (BLOCK_M 32) 372 /
-# 302 / 294, down+sum 213 / 191 / 187; at 1024 (64) gate_up 379 / 419 / 384, down+sum 224 / 271 / 291
-PLANS = {16: (4, 1, 0), 32: (8, 1, 3)}
-UNPLANNED_TILES = (8, 1, 0)  # a direct call at another BLOCK_M (tests, bench)
-MAX_SHARED = 227 * 1024  # bytes of shared memory a CTA may have on Hopper
-Tiles = tuple[int, int, int]
+# (WARPS a CTA, RT 16-row tiles a warp, WGMMA: grouped_wgmma, else grouped_mma) by BLOCK_M where the kernels beat
+# the Triton plans (``tiles=`` overrides: bench, tests). H100, 2026-12-06 (``bench --mma-grouped``), us, Triton /
+# mma.sync 4w / wgmma 4w / 8w: gate_up at 512 tokens (BLOCK_M 32) 372 / 311 / 299 / 307, at 1024 (64) 379 / 427 / 334
+# / 326; down+sum 213 / 203 / 186 / 189, 224 / 271 / 215 / 213. Not at BLOCK_M 128 (from ~2048 tokens): gate_up 411
+# against 492
+PLANS = {16: (4, 1, False), 32: (4, 1, True), 64: (8, 1, True)}
+UNPLANNED_TILES = (8, 1, False)  # a direct call at another BLOCK_M (tests, bench)
+Tiles = tuple[int, int, bool]
 
 
 def grouped_mma_takes(packed: MmaExperts, block_m: int, hidden: int) -> bool:
@@ -223,15 +222,15 @@ __device__ __forceinline__ void load_x(bf16_t* dst, const bf16_t* x, const int* 
   }
 }
 
-// the producer warp's cp.async of chunk ch of the rows [0, cnt) into dst (wgmma's swizzle): lane l copies segment
-// l & 15 of rows l >> 4, + 2, + 4, ...
-template <int BM>
-__device__ __forceinline__ void load_x_warp(bf16_t* dst, const bf16_t* x, const int* src, int cnt, int K, int ch,
-                                            int lane) {
-  const int s = lane & 15, sl = s & 7, col = ch * 128 + s * 8;
+// the same into dst in wgmma's swizzle (seg_off<BM, 0, true>): thread i copies segment i & 15 of rows i >> 4, +
+// THREADS / 16, ...
+template <int BM, int THREADS>
+__device__ __forceinline__ void load_x_swizzled(bf16_t* dst, const bf16_t* x, const int* src, int cnt, int K, int ch,
+                                                int tid) {
+  const int s = tid & 15, sl = s & 7, col = ch * 128 + s * 8;
   bf16_t* d = dst + (s >> 3) * BM * 64;
-#pragma unroll 4
-  for (int r = lane >> 4; r < cnt; r += 2) cp_async16(d + r * 64 + ((sl ^ (r & 7)) << 3), x + (size_t)src[r] * K + col);
+  for (int r = tid >> 4; r < cnt; r += THREADS / 16)
+    cp_async16(d + r * 64 + ((sl ^ (r & 7)) << 3), x + (size_t)src[r] * K + col);
 }
 
 // the block's rows r < BM: src[r] the row of x it reads, dst[r] the row it writes, wrow[r] its routing weight (1 for
@@ -465,55 +464,23 @@ __global__ void __launch_bounds__(32 * WARPS) grouped_mma(
   for (int rt = 0; rt < RT; ++rt) tile_store<NT, DOWN>(c[rt], tin0 + rt, out, out_ld, dst, wrow, cnt, g, t);
 }
 
-__device__ __forceinline__ unsigned int smem_u32(const void* p) { return (unsigned int)__cvta_generic_to_shared(p); }
-__device__ __forceinline__ void mbar_init(unsigned int bar, unsigned int count) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(count) : "memory");
-}
-__device__ __forceinline__ void mbar_wait(unsigned int bar, unsigned int parity) {  // that phase has completed
-  unsigned int ok = 0;
-  do {
-    asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}"
-                 : "=r"(ok) : "r"(bar), "r"(parity) : "memory");
-  } while (!ok);
-}
-__device__ __forceinline__ void mbar_arrive(unsigned int bar) {
-  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(bar) : "memory");
-}
-__device__ __forceinline__ void mbar_expect_tx(unsigned int bar, unsigned int bytes) {  // an arrival + the bytes
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes) : "memory");
-}
-__device__ __forceinline__ void bulk_load(unsigned int dst, const void* src, unsigned int bytes, unsigned int bar) {
-  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
-               ::"r"(dst), "l"(src), "r"(bytes), "r"(bar) : "memory");
-}
-__device__ __forceinline__ void cp_async_arrive(unsigned int bar) {  // an arrival once this thread's cp.async land
-  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(bar) : "memory");
-}
-
-// The same contract on wgmma, warp-specialized: CW consumer warps, one 16-row tile each (a warpgroup's four tiles are
-// the A operand of one m64nNk16 a k16 step, wgmma_chunk), and a producer warp that fills STAGES shared-memory stages
-// ahead of them: each consumer warp's weight chunk (2 KB of low words, 1 KB of codes) by bulk copy and the block's x
-// rows (swizzled) by cp.async, both completing the stage's `full` barrier (32 + 1 arrivals and the bulk bytes). A
-// consumer warp reads its fragments from the stage, decodes them into the A registers, and frees the stage on `empty`
-// (CW arrivals) once its wgmma have read the x rows. No CTA-wide barrier in the K loop: the warpgroups and the loads
-// run ahead of each other as far as the stages allow
-template <int NT, int CW, int STAGES, bool DOWN, bool PDL>
-__global__ void __launch_bounds__(32 * CW + 32) grouped_wgmma(
+// The same contract on wgmma: warp w takes one 16-row tile and each warpgroup's four tiles are the A operand of one
+// m64nNk16 a k16 step (wgmma_chunk). As in grouped_mma, a warp's weights stream from global memory into registers one
+// chunk ahead and the block's x rows pass through three chunk buffers (here in the swizzle the tensor cores read)
+template <int NT, int WARPS, bool DOWN, bool PDL>
+__global__ void __launch_bounds__(32 * WARPS) grouped_wgmma(
     bf16_t* __restrict__ out, const bf16_t* __restrict__ x, const bf16_t* __restrict__ sgate,
     const float* __restrict__ topk_w, const int* __restrict__ sorted, const int* __restrict__ meta,
     const uint4* __restrict__ low, const uint4* __restrict__ codes, const int* __restrict__ base,
     const int* __restrict__ eptr, const int* __restrict__ ecol, const float* __restrict__ edelta,
     int N, int K, int R, int out_ld, int E, int maxb, int k_top) {
-  constexpr int BM = NT * 8, THREADS = 32 * CW, BUF = BM * 128, WBUF = CW * 192;
+  constexpr int BM = NT * 8, THREADS = 32 * WARPS, BUF = BM * 128;
   constexpr int GROWS = (BM * 4 + THREADS - 1) / THREADS;
-  static_assert(CW % 4 == 0 && CW <= 16 && STAGES >= 2, "whole warpgroups (at most 16 warps); two or more stages");
-  // [STAGES][BUF] bf16 x chunks from a 1024-byte boundary (the swizzle's period), then [STAGES][CW][192] uint4: a
-  // warp's 128 low and 64 code words of its tile for the chunk (lane l's fragments at l, l + 32, ...)
+  static_assert(WARPS % 4 == 0, "whole warpgroups");
+  // [3][BUF] x chunks from a 1024-byte boundary (the swizzle's period)
   extern __shared__ __align__(16) unsigned char smem[];
-  const unsigned int s0 = smem_u32(smem);
+  const unsigned int s0 = (unsigned int)__cvta_generic_to_shared(smem);
   bf16_t* xs = reinterpret_cast<bf16_t*>(smem + ((1024u - (s0 & 1023u)) & 1023u));
-  uint4* ws = reinterpret_cast<uint4*>(xs + STAGES * BUF);
-  __shared__ __align__(8) unsigned long long full[STAGES], empty[STAGES];
   __shared__ int src[BM], dst[BM];
   __shared__ float wrow[BM];
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
@@ -521,42 +488,22 @@ __global__ void __launch_bounds__(32 * CW + 32) grouped_wgmma(
   if (PDL) pdl_wait();
   if (b >= __ldcg(meta + 3 * maxb)) return;
   const int e = __ldcg(meta + b), row0 = __ldcg(meta + maxb + b), cnt = __ldcg(meta + 2 * maxb + b);
-  if (tid == 0) {
+  block_rows<BM, DOWN, THREADS>(src, dst, wrow, sorted, topk_w, row0, cnt, N, k_top, tid);
+  const int tin = blockIdx.x * WARPS + warp, tile = e * (R >> 4) + tin;
+  const int nch = K >> 7;
+  const uint4* lp = low + (size_t)tile * (K >> 5) * 32 + lane;  // chunk ch: + 128 ch
+  const uint4* cp = codes + (size_t)tile * (K >> 6) * 32 + lane;  // + 64 ch
+  uint4 lo[4], cd[2];
 #pragma unroll
-    for (int s = 0; s < STAGES; ++s) {
-      mbar_init(smem_u32(&full[s]), 33);
-      mbar_init(smem_u32(&empty[s]), CW);
-    }
-    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-  }
-  block_rows<BM, DOWN, THREADS + 32>(src, dst, wrow, sorted, topk_w, row0, cnt, N, k_top, tid);
-  __syncthreads();  // src, the barriers
-  const int nch = K >> 7, tin0 = blockIdx.x * CW;
-  if (warp == CW) {
-    const size_t tile0 = (size_t)e * (R >> 4) + tin0;
-    const uint4* lw = low + tile0 * (K >> 5) * 32;  // tile tile0 + w: + w (K / 32) 32, chunk ch: + 128 ch
-    const uint4* cw = codes + tile0 * (K >> 6) * 32;  // + w (K / 64) 32, + 64 ch
-#pragma unroll 1
-    for (int ch = 0; ch < nch; ++ch) {
-      const int st = ch % STAGES;
-      if (ch >= STAGES) mbar_wait(smem_u32(&empty[st]), ((ch / STAGES) & 1) ^ 1);
-      const unsigned int fb = smem_u32(&full[st]);
-      const uint4* wd = ws + st * WBUF;
-      if (lane == 0) mbar_expect_tx(fb, CW * 3072);
-      __syncwarp();
-      if (lane < CW) {
-        bulk_load(smem_u32(wd + lane * 192), lw + (size_t)lane * (K >> 5) * 32 + ch * 128, 2048, fb);
-      } else if (lane >= 16 && lane < 16 + CW) {
-        const int w = lane - 16;
-        bulk_load(smem_u32(wd + w * 192 + 128), cw + (size_t)w * (K >> 6) * 32 + ch * 64, 1024, fb);
-      }
-      load_x_warp<BM>(xs + st * BUF, x, src, cnt, K, ch, lane);
-      cp_async_arrive(fb);
-    }
-    return;
-  }
-  const int tin = tin0 + warp, tile = e * (R >> 4) + tin;
+  for (int i = 0; i < 4; ++i) lo[i] = __ldg(lp + i * 32);
+#pragma unroll
+  for (int i = 0; i < 2; ++i) cd[i] = __ldg(cp + i * 32);
   const unsigned int base4 = tile_base4(base, tile, g);
+  __syncthreads();  // src
+  load_x_swizzled<BM, THREADS>(xs, x, src, cnt, K, 0, tid);
+  cp_async_commit();
+  if (nch > 1) load_x_swizzled<BM, THREADS>(xs + BUF, x, src, cnt, K, 1, tid);
+  cp_async_commit();
   float c[NT][4];
 #pragma unroll
   for (int j = 0; j < NT; ++j) c[j][0] = c[j][1] = c[j][2] = c[j][3] = 0.f;
@@ -567,23 +514,32 @@ __global__ void __launch_bounds__(32 * CW + 32) grouped_wgmma(
   const int n16 = (cnt + 15) >> 4;
 #pragma unroll 1
   for (int ch = 0; ch < nch; ++ch) {
-    const int st = ch % STAGES;
-    mbar_wait(smem_u32(&full[st]), (ch / STAGES) & 1);
-    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");  // the cp.async rows, for the tensor cores' reads
-    const uint4* wb = ws + st * WBUF + warp * 192 + lane;
-    const uint4 lo[4] = {wb[0], wb[32], wb[64], wb[96]}, cd[2] = {wb[128], wb[160]};
+    uint4 lo_n[4], cd_n[2];
+    if (ch + 1 < nch) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) lo_n[i] = __ldg(lp + (ch + 1) * 128 + i * 32);
+#pragma unroll
+      for (int i = 0; i < 2; ++i) cd_n[i] = __ldg(cp + (ch + 1) * 64 + i * 32);
+    }
+    cp_async_wait<1>();  // chunk ch has landed (only ch + 1 may still be in flight)
+    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");  // ... for the tensor cores' reads too
+    __syncthreads();  // ... for every thread's copies; and every warp is done with chunk ch - 1's buffer
+    if (ch + 2 < nch) load_x_swizzled<BM, THREADS>(xs + (ch + 2) % 3 * BUF, x, src, cnt, K, ch + 2, tid);
+    cp_async_commit();
+    const bf16_t* xb = xs + (ch % 3) * BUF;
     unsigned int a[8][4];
 #pragma unroll
     for (int i = 0; i < 8; ++i) decode_step(lo, cd, base4, i, a[i]);
-    wgmma_chunk<NT, BM>(c, a, smem_u32(xs + st * BUF), n16);
-    if (gate) gate_chunk<BM, 0, true, GROWS, THREADS>(gs, xs + st * BUF, sgate, ch, cnt, tid);
-    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");  // these reads before the next bulk copies' writes
-    __syncwarp();
-    if (lane == 0) mbar_arrive(smem_u32(&empty[st]));
+    wgmma_chunk<NT, BM>(c, a, (unsigned int)__cvta_generic_to_shared(xb), n16);
+    if (gate) gate_chunk<BM, 0, true, GROWS, THREADS>(gs, xb, sgate, ch, cnt, tid);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) lo[i] = lo_n[i];
+#pragma unroll
+    for (int i = 0; i < 2; ++i) cd[i] = cd_n[i];
   }
   if (gate) gate_finish<GROWS, THREADS>(wrow, gs, cnt, tid);
   tile_escapes<NT>(c, tile, x, K, src, eptr, ecol, edelta, cnt, g, t);
-  asm volatile("bar.sync 1, %0;" ::"n"(THREADS) : "memory");  // wrow (the consumers only: the producer has left)
+  __syncthreads();  // wrow
   tile_store<NT, DOWN>(c, tin, out, out_ld, dst, wrow, cnt, g, t);
 }
 """
@@ -609,31 +565,28 @@ def _launch(
     n_experts: int,
 ) -> torch.Tensor:
     """The grouped kernel over the packed matrix p (``rows`` packed rows an expert) into out; ``tiles`` (WARPS, RT,
-    STAGES), else the plan's for block_m."""
-    warps, rt, stages = tiles or PLANS.get(block_m, UNPLANNED_TILES)
+    WGMMA), else the plan's for block_m."""
+    warps, rt, wgmma = tiles or PLANS.get(block_m, UNPLANNED_TILES)
     k_top, K = topk_weights.shape[1], x.shape[1]
     require(
         block_m in BLOCK_MS and K % CHUNK_K == 0 and (rows // 16) % (warps * rt) == 0,
         f"the grouped mma kernels take BLOCK_M in {BLOCK_MS} (got {block_m}), K a multiple of {CHUNK_K} (got {K}) "
         f"and an expert's {rows // 16} 16-row tiles a multiple of WARPS x RT = {warps} x {rt}",
     )
+    require(
+        not wgmma or (rt == 1 and warps % 4 == 0),
+        f"wgmma tiles are warpgroups of one 16-row tile a warp (got {warps} warps x {rt})",
+    )
     pdl = pdl_enabled(x)
-    if (
-        stages
-    ):  # x chunks and the consumer warps' weights a stage, from a 1024-byte boundary; + a producer warp
-        smem = stages * (block_m * CHUNK_K * 2 + warps * 3072) + 1024
-        name, targs, threads = "grouped_wgmma", (block_m // 8, warps, stages, down, pdl), 32 * warps + 32
+    if wgmma:  # three x chunk buffers in the swizzle, from a 1024-byte boundary
+        smem = 3 * block_m * CHUNK_K * 2 + 1024
+        name, targs = "grouped_wgmma", (block_m // 8, warps, down, pdl)
     else:
         smem = 3 * block_m * (CHUNK_K + 8) * 2
-        name, targs, threads = "grouped_mma", (block_m // 8, warps, rt, down, pdl), 32 * warps
-    require(
-        stages == 0 or (stages >= 2 and rt == 1 and warps in (4, 8, 12, 16) and smem <= MAX_SHARED),
-        f"wgmma tiles are warpgroups of RT 1 with 2 or more stages in {MAX_SHARED} bytes of shared memory (got "
-        f"{warps} warps x {rt}, {stages} stages: {smem} bytes)",
-    )
+        name, targs = "grouped_mma", (block_m // 8, warps, rt, down, pdl)
     template_kernel(SOURCE, name, targs, _PARAMS, x.device).launch(
         (rows // 16 // (warps * rt), max_blocks),
-        threads,
+        32 * warps,
         (out, x, sg, topk_weights, sorted_pairs, meta, p.low, p.codes, p.base, p.escape_ptr, p.escape_col,
          p.escape_delta, topk_weights.numel(), K, rows, out.shape[1], n_experts, max_blocks, k_top),
         shared_mem=smem,
