@@ -1,8 +1,8 @@
 """One launch each of the grouped MoE gate_up and down over the experts' 12-bit copies (``moe/mma_grouped.py``) at T
-tokens with the plan's routing, for ``ncu``. Environment: T (1024), TILES ("WARPS,RT,WGMMA;..." with WGMMA 0 or 1;
-the plan's tiles if unset). Example, on the device:
+tokens with the plan's routing, for ``ncu``. Environment: T (1024), TILES ("WARPS,RT,DEPTH;..."; the plan's tiles
+if unset). Example, on the device:
 
-    T=1024 TILES="8,1,1" ncu --clock-control none -k regex:grouped --section SpeedOfLight \\
+    T=1024 TILES="8,1,2" ncu --clock-control none -k regex:grouped --section SpeedOfLight \\
         --section WarpStateStats --section Occupancy python3 scripts/device/ncu_grouped.py
 """
 
@@ -27,7 +27,6 @@ routed = (rt.topk_weights, rt.sorted_pairs, rt.meta, rt.max_blocks, plan["block_
 specs = os.environ.get("TILES")
 for spec in specs.split(";") if specs else [None]:
     tiles = None if spec is None else tuple(int(v) for v in spec.split(","))
-    tiles = tiles and (tiles[0], tiles[1], bool(tiles[2]))
     h = gate_up_grouped_mma(x, packed, lay["shared_expert_gate"], *routed, tiles=tiles)
     down_grouped_mma(h, packed, *routed, tiles=tiles)
 torch.cuda.synchronize()

@@ -259,11 +259,12 @@ def pairs_times(top_k: int = 8) -> list[tuple[str, dict, float, float, float]]:
 
 
 MMA_GROUPED_TILES = (
-    (4, 1, False),
-    (4, 2, False),
-    (4, 1, True),
-    (8, 1, True),
-)  # (WARPS, RT, WGMMA) variants of the grouped kernels
+    (4, 1, 0),
+    (4, 1, 1),
+    (4, 1, 2),
+    (8, 1, 1),
+    (8, 1, 2),
+)  # (WARPS, RT, DEPTH) variants of the grouped kernels (DEPTH 0: mma.sync, else wgmma, weight chunks ahead)
 
 
 def grouped_mma_times(tokens: tuple[int, ...], top_k: int = 8) -> list[dict]:
@@ -330,11 +331,11 @@ def _time_variants(label: str, variants: list, ref: torch.Tensor, nbytes: int) -
     return rows
 
 
-def _tiles_name(tiles: tuple[int, int, bool]) -> str:
-    return f"{'wgmma' if tiles[2] else 'mma'} {tiles[0]}w x {tiles[1]}t"
+def _tiles_name(tiles: tuple[int, int, int]) -> str:
+    return f"wgmma {tiles[0]}w d{tiles[2]}" if tiles[2] else f"mma {tiles[0]}w x {tiles[1]}t"
 
 
-def _mma_down_sum(h, packed, routed, y, T: int, top_k: int, tiles: tuple[int, int, bool]) -> torch.Tensor:
+def _mma_down_sum(h, packed, routed, y, T: int, top_k: int, tiles: tuple[int, int, int]) -> torch.Tensor:
     from hyserve.kernels.moe.mma_grouped import down_grouped_mma
     from hyserve.kernels.moe.triton_prefill import sum_rows
 

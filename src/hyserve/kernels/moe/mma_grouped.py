@@ -48,14 +48,14 @@ from hyserve.kernels.pdl import enabled as pdl_enabled
 
 CHUNK_K = 128  # x columns a shared-memory chunk holds (8 k16 steps: one weight chunk of a thread)
 BLOCK_MS = (16, 32, 64, 128)  # the routing's BLOCK_M values the kernel is built for (8-token column groups)
-# (WARPS a CTA, RT 16-row tiles a warp, WGMMA: grouped_wgmma, else grouped_mma) by BLOCK_M where the kernels beat
-# the Triton plans (``tiles=`` overrides: bench, tests). H100, 2026-12-06 (``bench --mma-grouped``), us, Triton /
-# mma.sync 4w / wgmma 4w / 8w: gate_up at 512 tokens (BLOCK_M 32) 372 / 311 / 299 / 307, at 1024 (64) 379 / 427 / 334
-# / 326; down+sum 213 / 203 / 186 / 189, 224 / 271 / 215 / 213. Not at BLOCK_M 128 (from ~2048 tokens): gate_up 411
-# against 492
-PLANS = {16: (4, 1, False), 32: (4, 1, True), 64: (8, 1, True)}
-UNPLANNED_TILES = (8, 1, False)  # a direct call at another BLOCK_M (tests, bench)
-Tiles = tuple[int, int, bool]
+# (WARPS a CTA, RT 16-row tiles a warp, DEPTH: 0 for grouped_mma, else grouped_wgmma with DEPTH weight chunks
+# ahead) by BLOCK_M where the kernels beat the Triton plans (``tiles=`` overrides: bench, tests). H100, 2026-12-06
+# (``bench --mma-grouped``), us, Triton / mma.sync 4w / wgmma 4w / 8w (depth 1): gate_up at 512 tokens (BLOCK_M 32)
+# 372 / 311 / 299 / 307, at 1024 (64) 379 / 427 / 334 / 326; down+sum 213 / 203 / 186 / 189, 224 / 271 / 215 / 213.
+# Not at BLOCK_M 128 (from ~2048 tokens): gate_up 411 against 492
+PLANS = {16: (4, 1, 0), 32: (4, 1, 1), 64: (8, 1, 1)}
+UNPLANNED_TILES = (8, 1, 0)  # a direct call at another BLOCK_M (tests, bench)
+Tiles = tuple[int, int, int]
 
 
 def grouped_mma_takes(packed: MmaExperts, block_m: int, hidden: int) -> bool:
@@ -465,9 +465,10 @@ __global__ void __launch_bounds__(32 * WARPS) grouped_mma(
 }
 
 // The same contract on wgmma: warp w takes one 16-row tile and each warpgroup's four tiles are the A operand of one
-// m64nNk16 a k16 step (wgmma_chunk). As in grouped_mma, a warp's weights stream from global memory into registers one
-// chunk ahead and the block's x rows pass through three chunk buffers (here in the swizzle the tensor cores read)
-template <int NT, int WARPS, bool DOWN, bool PDL>
+// m64nNk16 a k16 step (wgmma_chunk). A warp's weights stream from global memory into DEPTH + 1 register buffers,
+// DEPTH chunks ahead of the one it decodes (no register moves: the loop is unrolled over the buffers); the block's x
+// rows pass through three chunk buffers in the swizzle the tensor cores read
+template <int NT, int WARPS, int DEPTH, bool DOWN, bool PDL>
 __global__ void __launch_bounds__(32 * WARPS) grouped_wgmma(
     bf16_t* __restrict__ out, const bf16_t* __restrict__ x, const bf16_t* __restrict__ sgate,
     const float* __restrict__ topk_w, const int* __restrict__ sorted, const int* __restrict__ meta,
@@ -476,7 +477,7 @@ __global__ void __launch_bounds__(32 * WARPS) grouped_wgmma(
     int N, int K, int R, int out_ld, int E, int maxb, int k_top) {
   constexpr int BM = NT * 8, THREADS = 32 * WARPS, BUF = BM * 128;
   constexpr int GROWS = (BM * 4 + THREADS - 1) / THREADS;
-  static_assert(WARPS % 4 == 0, "whole warpgroups");
+  static_assert(WARPS % 4 == 0 && (DEPTH == 1 || DEPTH == 2), "whole warpgroups; one or two chunks ahead");
   // [3][BUF] x chunks from a 1024-byte boundary (the swizzle's period)
   extern __shared__ __align__(16) unsigned char smem[];
   const unsigned int s0 = (unsigned int)__cvta_generic_to_shared(smem);
@@ -493,11 +494,17 @@ __global__ void __launch_bounds__(32 * WARPS) grouped_wgmma(
   const int nch = K >> 7;
   const uint4* lp = low + (size_t)tile * (K >> 5) * 32 + lane;  // chunk ch: + 128 ch
   const uint4* cp = codes + (size_t)tile * (K >> 6) * 32 + lane;  // + 64 ch
-  uint4 lo[4], cd[2];
+  uint4 w0[6], w1[6], w2[6];  // a chunk's 4 low and 2 code words of the thread; chunk ch in buffer ch % (DEPTH + 1)
+  auto fetch = [&](uint4 (&w)[6], int ch) {
+    if (ch < nch) {
 #pragma unroll
-  for (int i = 0; i < 4; ++i) lo[i] = __ldg(lp + i * 32);
+      for (int i = 0; i < 4; ++i) w[i] = __ldg(lp + ch * 128 + i * 32);
 #pragma unroll
-  for (int i = 0; i < 2; ++i) cd[i] = __ldg(cp + i * 32);
+      for (int i = 0; i < 2; ++i) w[4 + i] = __ldg(cp + ch * 64 + i * 32);
+    }
+  };
+  fetch(w0, 0);
+  if (DEPTH == 2) fetch(w1, 1);
   const unsigned int base4 = tile_base4(base, tile, g);
   __syncthreads();  // src
   load_x_swizzled<BM, THREADS>(xs, x, src, cnt, K, 0, tid);
@@ -512,30 +519,32 @@ __global__ void __launch_bounds__(32 * WARPS) grouped_wgmma(
   for (int q = 0; q < GROWS; ++q) gs[q] = 0.f;
   const bool gate = !DOWN && e == E && sgate;
   const int n16 = (cnt + 15) >> 4;
-#pragma unroll 1
-  for (int ch = 0; ch < nch; ++ch) {
-    uint4 lo_n[4], cd_n[2];
-    if (ch + 1 < nch) {
-#pragma unroll
-      for (int i = 0; i < 4; ++i) lo_n[i] = __ldg(lp + (ch + 1) * 128 + i * 32);
-#pragma unroll
-      for (int i = 0; i < 2; ++i) cd_n[i] = __ldg(cp + (ch + 1) * 64 + i * 32);
-    }
-    cp_async_wait<1>();  // chunk ch has landed (only ch + 1 may still be in flight)
+  // chunk ch from buffer cur, while chunk ch + DEPTH loads into nxt (chunk ch - 1's)
+  auto step = [&](int ch, const uint4 (&cur)[6], uint4 (&nxt)[6]) {
+    fetch(nxt, ch + DEPTH);
+    cp_async_wait<1>();  // chunk ch of x has landed (only ch + 1 may still be in flight)
     asm volatile("fence.proxy.async.shared::cta;" ::: "memory");  // ... for the tensor cores' reads too
     __syncthreads();  // ... for every thread's copies; and every warp is done with chunk ch - 1's buffer
     if (ch + 2 < nch) load_x_swizzled<BM, THREADS>(xs + (ch + 2) % 3 * BUF, x, src, cnt, K, ch + 2, tid);
     cp_async_commit();
     const bf16_t* xb = xs + (ch % 3) * BUF;
+    const uint4 lo[4] = {cur[0], cur[1], cur[2], cur[3]}, cd[2] = {cur[4], cur[5]};
     unsigned int a[8][4];
 #pragma unroll
     for (int i = 0; i < 8; ++i) decode_step(lo, cd, base4, i, a[i]);
     wgmma_chunk<NT, BM>(c, a, (unsigned int)__cvta_generic_to_shared(xb), n16);
     if (gate) gate_chunk<BM, 0, true, GROWS, THREADS>(gs, xb, sgate, ch, cnt, tid);
-#pragma unroll
-    for (int i = 0; i < 4; ++i) lo[i] = lo_n[i];
-#pragma unroll
-    for (int i = 0; i < 2; ++i) cd[i] = cd_n[i];
+  };
+#pragma unroll 1
+  for (int ch = 0; ch < nch; ch += DEPTH + 1) {
+    if constexpr (DEPTH == 1) {
+      step(ch, w0, w1);
+      if (ch + 1 < nch) step(ch + 1, w1, w0);
+    } else {
+      step(ch, w0, w2);
+      if (ch + 1 < nch) step(ch + 1, w1, w0);
+      if (ch + 2 < nch) step(ch + 2, w2, w1);
+    }
   }
   if (gate) gate_finish<GROWS, THREADS>(wrow, gs, cnt, tid);
   tile_escapes<NT>(c, tile, x, K, src, eptr, ecol, edelta, cnt, g, t);
@@ -565,8 +574,8 @@ def _launch(
     n_experts: int,
 ) -> torch.Tensor:
     """The grouped kernel over the packed matrix p (``rows`` packed rows an expert) into out; ``tiles`` (WARPS, RT,
-    WGMMA), else the plan's for block_m."""
-    warps, rt, wgmma = tiles or PLANS.get(block_m, UNPLANNED_TILES)
+    DEPTH), else the plan's for block_m."""
+    warps, rt, depth = tiles or PLANS.get(block_m, UNPLANNED_TILES)
     k_top, K = topk_weights.shape[1], x.shape[1]
     require(
         block_m in BLOCK_MS and K % CHUNK_K == 0 and (rows // 16) % (warps * rt) == 0,
@@ -574,13 +583,14 @@ def _launch(
         f"and an expert's {rows // 16} 16-row tiles a multiple of WARPS x RT = {warps} x {rt}",
     )
     require(
-        not wgmma or (rt == 1 and warps % 4 == 0),
-        f"wgmma tiles are warpgroups of one 16-row tile a warp (got {warps} warps x {rt})",
+        depth in (0, 1, 2) and (depth == 0 or (rt == 1 and warps % 4 == 0)),
+        f"wgmma tiles are warpgroups of one 16-row tile a warp, one or two chunks ahead (got {warps} warps x {rt}, "
+        f"depth {depth})",
     )
     pdl = pdl_enabled(x)
-    if wgmma:  # three x chunk buffers in the swizzle, from a 1024-byte boundary
+    if depth:  # three x chunk buffers in the swizzle, from a 1024-byte boundary
         smem = 3 * block_m * CHUNK_K * 2 + 1024
-        name, targs = "grouped_wgmma", (block_m // 8, warps, down, pdl)
+        name, targs = "grouped_wgmma", (block_m // 8, warps, depth, down, pdl)
     else:
         smem = 3 * block_m * (CHUNK_K + 8) * 2
         name, targs = "grouped_mma", (block_m // 8, warps, rt, down, pdl)

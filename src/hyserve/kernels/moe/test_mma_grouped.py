@@ -125,13 +125,18 @@ def test_down_and_sum_match_the_triton_down(experts):
 
 @pytest.mark.parametrize(
     "T,block_m,tiles",
-    [(200, 32, (4, 2, False)), (1024, 64, (8, 2, False))]
-    + [(T, bm, (w, 1, True)) for T, bm in [(24, 16), (200, 32), (1024, 64), (1500, 128)] for w in (4, 8)],
+    [(200, 32, (4, 2, 0)), (1024, 64, (8, 2, 0))]
+    + [
+        (T, bm, (w, 1, d))
+        for T, bm in [(24, 16), (200, 32), (1024, 64), (1500, 128)]
+        for w, d in [(4, 2), (8, 1)]
+    ],
 )
 @pytest.mark.parametrize("pdl", ["0", "1"])
 def test_tiles_match_reference(monkeypatch, experts, T, block_m, tiles, pdl):
     """RT 16-row tiles a warp (one B fragment for RT mma's) and the wgmma kernel (a warpgroup's 64 rows the A
-    operand, the tokens from swizzled shared memory): the reference's results, gate_up and down, NaN-poisoned."""
+    operand, the tokens from swizzled shared memory; one and two weight chunks ahead): the reference's results,
+    gate_up and down, NaN-poisoned."""
     monkeypatch.setenv("HYSERVE_PDL", pdl)
     w, shared, sg, packed = experts
     x, rt = _routing(T, block_m, seed=7 * T)
@@ -146,9 +151,9 @@ def test_tiles_match_reference(monkeypatch, experts, T, block_m, tiles, pdl):
     assert rel_err(y.float(), down_grouped_reference(h, packed, *routed).float()) < 1e-2
 
 
-@pytest.mark.parametrize("tiles", [(4, 2, True), (2, 1, True)])
+@pytest.mark.parametrize("tiles", [(4, 2, 1), (2, 1, 1), (4, 1, 3)])
 def test_rejects_unsupported_wgmma_tiles(experts, tiles):
-    """Row tiles, or part of a warpgroup."""
+    """Row tiles, part of a warpgroup, or three chunks ahead."""
     w, shared, sg, packed = experts
     x, rt = _routing(64, 16, seed=1)
     routed = (rt.topk_weights, rt.sorted_pairs, rt.meta, rt.max_blocks, 16)
