@@ -49,10 +49,10 @@ from hyserve.kernels.pdl import enabled as pdl_enabled
 CHUNK_K = 128  # x columns a shared-memory chunk holds (8 k16 steps: one weight chunk of a thread)
 BLOCK_MS = (16, 32, 64, 128)  # the routing's BLOCK_M values the kernel is built for (8-token column groups)
 # (WARPS a CTA, RT 16-row tiles a warp, DEPTH: 0 for grouped_mma, else grouped_wgmma with DEPTH weight chunks
-# ahead) by BLOCK_M where the kernels beat the Triton plans (``tiles=`` overrides: bench, tests). H100, 2026-12-06
-# (``bench --mma-grouped``), us, Triton / mma.sync 4w / wgmma 4w / 8w (depth 1): gate_up at 512 tokens (BLOCK_M 32)
-# 372 / 311 / 299 / 307, at 1024 (64) 379 / 427 / 334 / 326; down+sum 213 / 203 / 186 / 189, 224 / 271 / 215 / 213.
-# Not at BLOCK_M 128 (from ~2048 tokens): gate_up 411 against 492
+# ahead) by BLOCK_M where the kernels beat the Triton plans (``tiles=`` overrides: bench, tests). H100, 2026-12-06,
+# 0dbf2b0 (``bench --mma-grouped``), us, Triton / mma.sync 4w / wgmma 4w d1 / 8w d1 / 8w d2: gate_up at 512 tokens
+# (BLOCK_M 32) 384 / 310 / 303 / 307 / 378, at 1024 (64) 397 / 430 / 342 / 328 / 412; down+sum 215 / 194 / 191 / 194
+# / 259, 230 / 275 / 223 / 222 / 300. Not at BLOCK_M 128 (from ~2048 tokens): gate_up 411 against 492 (fb5af49)
 PLANS = {16: (4, 1, 0), 32: (4, 1, 1), 64: (8, 1, 1)}
 UNPLANNED_TILES = (8, 1, 0)  # a direct call at another BLOCK_M (tests, bench)
 Tiles = tuple[int, int, int]
