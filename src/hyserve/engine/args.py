@@ -64,7 +64,7 @@ def add_engine_arguments(parser: argparse.ArgumentParser, model_required: bool =
         "--mma-experts",
         action="store_true",
         help="keep lossless 12-bit copies of the experts' gate_up and down weights, which the grouped expert kernels "
-        "of short prefills and batched decode (routing blocks of up to 32 tokens) stream through tensor-core kernels "
+        "of prefills up to ~1024 tokens and batched decode (routing blocks of up to 64 tokens) stream through tensor-core kernels "
         "(~48 GB more GPU memory for Qwen3.6-35B-A3B; layers/mma_projections.py, kernels/moe/mma_grouped.py)",
     )
     g.add_argument(
