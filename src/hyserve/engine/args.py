@@ -86,6 +86,10 @@ def add_engine_arguments(parser: argparse.ArgumentParser, model_required: bool =
 def engine_args_from(ns: argparse.Namespace) -> EngineArgs:
     if not 0.0 < ns.gpu_memory_utilization <= 1.0:
         raise ValueError(f"--gpu-memory-utilization must be in (0, 1], got {ns.gpu_memory_utilization}")
+    if ns.mma_experts and ns.pack_weights:
+        raise ValueError(
+            "--mma-experts and --pack-weights each keep their own 12-bit copy of the experts; choose one of them"
+        )
     return EngineArgs(
         model=ns.model,
         tokenizer=ns.tokenizer,

@@ -151,9 +151,11 @@ class LLMEngine:
             if args.mma_projections:
                 nbytes = mma_projections.prepare_mma_projections(self.model)
                 log.info("12-bit tensor-core copies of the routed in-projections: %.2f GB", nbytes / 1e9)
-            if args.mma_experts:
-                nbytes = mma_projections.prepare_mma_experts(self.model)
-                log.info("12-bit tensor-core copies of the experts' gate_up and down: %.2f GB", nbytes / 1e9)
+        if self.device.type == "cuda" and args.mma_experts:  # the grouped kernels, eager or in graphs
+            from hyserve.layers.mma_projections import prepare_mma_experts
+
+            nbytes = prepare_mma_experts(self.model)
+            log.info("12-bit tensor-core copies of the experts' gate_up and down: %.2f GB", nbytes / 1e9)
         if self.device.type == "cuda" and args.pack_weights and not args.enforce_eager:
             nbytes = prepare_packed_weights(self.model)
             log.info("12-bit copies of the few-token steps' weights: %.2f GB", nbytes / 1e9)
