@@ -104,8 +104,8 @@ __device__ __forceinline__ void load_x(bf16_t* dst, const bf16_t* x, const int* 
   }
 }
 
-// the same into dst in wgmma's swizzle (seg_off<BM, 0, true>): thread i copies segment i & 15 of rows i >> 4, +
-// THREADS / 16, ...
+// the same into dst in wgmma's swizzle (seg_off<BM, 0, true>, its row-invariant terms hoisted: nvcc does not, and
+// the copies are on the K loop's path): thread i copies segment i & 15 of rows i >> 4, + THREADS / 16, ...
 template <int BM, int THREADS>
 __device__ __forceinline__ void load_x_swizzled(bf16_t* dst, const bf16_t* x, const int* src, int cnt, int K, int ch,
                                                 int tid) {
@@ -138,6 +138,20 @@ __device__ __forceinline__ void block_rows(int* src, int* dst, float* wrow, cons
     dst[r] = DOWN ? pair : pos;
     wrow[r] = w;
   }
+}
+
+// PDL's wait, then block blockIdx.y's expert e, first routing row row0, row count cnt and its rows (block_rows);
+// false past the routing's block count (the CTA exits: CUDA-graph safe)
+template <int BM, bool DOWN, bool PDL, int THREADS>
+__device__ __forceinline__ bool block_begin(int& e, int& row0, int& cnt, int* src, int* dst, float* wrow,
+                                            const int* meta, int maxb, const int* sorted, const float* topk_w, int N,
+                                            int k_top, int tid) {
+  const int b = blockIdx.y;
+  if (PDL) pdl_wait();
+  if (b >= __ldcg(meta + 3 * maxb)) return false;
+  e = __ldcg(meta + b), row0 = __ldcg(meta + maxb + b), cnt = __ldcg(meta + 2 * maxb + b);
+  block_rows<BM, DOWN, THREADS>(src, dst, wrow, sorted, topk_w, row0, cnt, N, k_top, tid);
+  return true;
 }
 
 // the shared expert's gate: thread (row r, quarter) adds chunk xb's 32 columns of its rows to gs
@@ -254,11 +268,9 @@ __global__ void __launch_bounds__(32 * WARPS) grouped_mma(
   __shared__ int src[BM], dst[BM];
   __shared__ float wrow[BM];
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
-  const int b = blockIdx.y;
-  if (PDL) pdl_wait();
-  if (b >= __ldcg(meta + 3 * maxb)) return;
-  const int e = __ldcg(meta + b), row0 = __ldcg(meta + maxb + b), cnt = __ldcg(meta + 2 * maxb + b);
-  block_rows<BM, DOWN, THREADS>(src, dst, wrow, sorted, topk_w, row0, cnt, N, k_top, tid);
+  int e, row0, cnt;
+  if (!block_begin<BM, DOWN, PDL, THREADS>(e, row0, cnt, src, dst, wrow, meta, maxb, sorted, topk_w, N, k_top, tid))
+    return;
   const int tin0 = (blockIdx.x * WARPS + warp) * RT, tile0 = e * (R >> 4) + tin0;
   const int S = K >> 4, nch = K >> 7;
   const uint4* lp = low + (size_t)tile0 * (S >> 1) * 32 + lane;
@@ -367,11 +379,9 @@ __global__ void __launch_bounds__(32 * WARPS) grouped_wgmma(
   __shared__ int src[BM], dst[BM];
   __shared__ float wrow[BM];
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
-  const int b = blockIdx.y;
-  if (PDL) pdl_wait();
-  if (b >= __ldcg(meta + 3 * maxb)) return;
-  const int e = __ldcg(meta + b), row0 = __ldcg(meta + maxb + b), cnt = __ldcg(meta + 2 * maxb + b);
-  block_rows<BM, DOWN, THREADS>(src, dst, wrow, sorted, topk_w, row0, cnt, N, k_top, tid);
+  int e, row0, cnt;
+  if (!block_begin<BM, DOWN, PDL, THREADS>(e, row0, cnt, src, dst, wrow, meta, maxb, sorted, topk_w, N, k_top, tid))
+    return;
   const int tin = blockIdx.x * WARPS + warp, tile = e * (R >> 4) + tin;
   const int nch = K >> 7;
   const uint4* lp = low + (size_t)tile * (K >> 5) * 32 + lane;  // chunk ch: + 128 ch
