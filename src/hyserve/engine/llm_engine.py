@@ -58,7 +58,7 @@ class EngineArgs:
     # on CUDA with graphs and the routed projections, a one-token step's in-projections stream lossless 12-bit
     # copies through the tensor-core GEMV (+1.5 GB for Qwen3.6-35B-A3B; layers/mma_projections.py)
     mma_projections: bool = True
-    # with the routed projections, the grouped expert kernels of short prefills and batched decode stream 12-bit
+    # on CUDA, the grouped expert kernels of prefills up to ~1024 tokens and of batched decode stream 12-bit
     # tensor-core copies of the experts' gate_up and down (+48 GB for Qwen3.6-35B-A3B; layers/mma_projections.py).
     # Off: the memory, and not yet timed on the H200.
     mma_experts: bool = False

@@ -22,7 +22,7 @@ from hyserve.kernels.mma_gemv import MmaPackedBF16, pack_mma, unpack_mma
 
 @dataclass(frozen=True)
 class MmaExperts:
-    """A MoE block's gate_up weights (routed experts, then the shared expert as expert E), fragment-ordered."""
+    """A MoE block's gate_up and down weights (routed experts, then the shared expert as expert E), fragment-ordered."""
 
     gate_up: MmaPackedBF16  # [(E + 1) 2I, H], each expert's rows in tiles of 8 gate + 8 up rows
     num_experts: int  # E (the shared expert is E)
