@@ -271,43 +271,52 @@ def grouped_mma_times(tokens: tuple[int, ...], top_k: int = 8) -> list[dict]:
     """The grouped gate_up (prefill and batched decode) with the plan's routing: the Triton kernel on the bf16
     experts against ``mma_grouped.gate_up_grouped_mma`` over their fragment-ordered 12-bit copy (4 and 8 warps a
     CTA); us a launch (graph-replayed), % of 4.0 TB/s for the touched experts' bf16 and 12-bit bytes, rel err of
-    the mma kernel against the Triton kernel's h."""
+    the mma kernel against the Triton kernel's h. Where the plan routes at a BLOCK_M above MMA_LARGE_BLOCK_M, the
+    same again at that block size (the 1024-token bucket's Triton tiles), as ``--mma-experts`` routes them."""
     from hyserve.kernels.moe.configs import get_plan
     from hyserve.kernels.moe.mma_experts import pack_mma_experts
+    from hyserve.kernels.moe.mma_grouped import MMA_LARGE_BLOCK_M
+
+    lay = make_layer()
+    E, two_i, H = lay["w_gate_up"].shape
+    packed = pack_mma_experts(lay["w_gate_up"], lay["shared_gate_up"], lay["w_down"], lay["shared_down"])
+    rows = []
+    for T in tokens:
+        x = make_x(T, H)
+        plan = get_plan(T, E, H, two_i // 2, top_k, x.dtype)
+        rows += _grouped_rows(lay, packed, x, top_k, plan)
+        if plan["block_m"] > MMA_LARGE_BLOCK_M:  # what --mma-experts routes such prefills at instead
+            rows += _grouped_rows(lay, packed, x, top_k, get_plan(1024, E, H, two_i // 2, top_k, x.dtype))
+    return rows
+
+
+def _grouped_rows(lay: dict, packed, x: torch.Tensor, top_k: int, plan: dict) -> list[dict]:
+    """grouped_mma_times' rows of one token count at the routing block size and Triton tiles of ``plan``."""
     from hyserve.kernels.moe.mma_grouped import gate_up_grouped_mma
     from hyserve.kernels.moe.routing import route_and_align
     from hyserve.kernels.moe.triton_gate_up import gate_up
     from hyserve.kernels.moe.triton_prefill import down_scatter_sum
 
-    lay = make_layer()
-    E, two_i, H = lay["w_gate_up"].shape
-    packed = pack_mma_experts(lay["w_gate_up"], lay["shared_gate_up"], lay["w_down"], lay["shared_down"])
-    sg = lay["shared_expert_gate"]
-    rows = []
-    for T in tokens:
-        x = make_x(T, H)
-        plan = get_plan(T, E, H, two_i // 2, top_k, x.dtype)
-        bm = plan["block_m"]
-        rt = route_and_align(F.linear(x, lay["gate_weight"]), top_k, bm, True, x.dtype)
-        routed = (rt.topk_weights, rt.sorted_pairs, rt.meta, rt.max_blocks, bm)
-        touched = int(rt.topk_ids.unique().numel()) + 1
-        nbytes = touched * two_i * H * 2
-        ref = gate_up(x, lay["w_gate_up"], lay["shared_gate_up"], sg, *routed, plan["gate_up"])
-        triton_args = (x, lay["w_gate_up"], lay["shared_gate_up"], sg, *routed, plan["gate_up"])
-        variants = [("triton plan", functools.partial(gate_up, *triton_args), 1.0)]
-        for tiles in MMA_GROUPED_TILES:
-            fn = functools.partial(gate_up_grouped_mma, x, packed, sg, *routed, tiles=tiles)
-            variants.append((_tiles_name(tiles), fn, 0.75))
-        rows += _time_variants(f"T={T:5d} bm {bm:3d} gate_up", variants, ref, nbytes)
-        y = torch.empty((ref.shape[0], H), device=x.device, dtype=x.dtype)
-        dref = down_scatter_sum(ref, lay["w_down"], lay["shared_down"], *routed[1:], T, top_k, plan["down"])
-        variants = [("triton plan", functools.partial(down_scatter_sum, ref, lay["w_down"], lay["shared_down"],
-                                                      *routed[1:], T, top_k, plan["down"]), 1.0)]  # fmt: skip
-        for tiles in MMA_GROUPED_TILES:
-            fn = functools.partial(_mma_down_sum, ref, packed, routed, y, T, top_k, tiles)
-            variants.append((_tiles_name(tiles), fn, 0.75))
-        rows += _time_variants(f"T={T:5d} bm {bm:3d} down+sum", variants, dref, nbytes // 2)
-    return rows
+    (T, H), two_i, sg = x.shape, lay["w_gate_up"].shape[1], lay["shared_expert_gate"]
+    bm = plan["block_m"]
+    rt = route_and_align(F.linear(x, lay["gate_weight"]), top_k, bm, True, x.dtype)
+    routed = (rt.topk_weights, rt.sorted_pairs, rt.meta, rt.max_blocks, bm)
+    nbytes = (int(rt.topk_ids.unique().numel()) + 1) * two_i * H * 2  # the touched experts' bf16 gate_up
+    triton_args = (x, lay["w_gate_up"], lay["shared_gate_up"], sg, *routed, plan["gate_up"])
+    ref = gate_up(*triton_args)
+    variants = [("triton plan", functools.partial(gate_up, *triton_args), 1.0)]
+    for tiles in MMA_GROUPED_TILES:
+        fn = functools.partial(gate_up_grouped_mma, x, packed, sg, *routed, tiles=tiles)
+        variants.append((_tiles_name(tiles), fn, 0.75))
+    rows = _time_variants(f"T={T:5d} bm {bm:3d} gate_up", variants, ref, nbytes)
+    y = torch.empty((ref.shape[0], H), device=x.device, dtype=x.dtype)
+    down_args = (ref, lay["w_down"], lay["shared_down"], *routed[1:], T, top_k, plan["down"])
+    dref = down_scatter_sum(*down_args)
+    variants = [("triton plan", functools.partial(down_scatter_sum, *down_args), 1.0)]
+    for tiles in MMA_GROUPED_TILES:
+        fn = functools.partial(_mma_down_sum, ref, packed, routed, y, T, top_k, tiles)
+        variants.append((_tiles_name(tiles), fn, 0.75))
+    return rows + _time_variants(f"T={T:5d} bm {bm:3d} down+sum", variants, dref, nbytes // 2)
 
 
 def _time_variants(label: str, variants: list, ref: torch.Tensor, nbytes: int) -> list[dict]:

@@ -55,6 +55,10 @@ BLOCK_MS = (16, 32, 64, 128)  # the routing's BLOCK_M values the kernel is built
 # (BLOCK_M 32) 384 / 310 / 303 / 307 / 378, at 1024 (64) 397 / 430 / 342 / 328 / 412; down+sum 215 / 194 / 191 / 194
 # / 259, 230 / 275 / 223 / 222 / 300. Not at BLOCK_M 128 (from ~2048 tokens): gate_up 411 against 492 (fb5af49)
 PLANS = {16: (4, 1, 0), 32: (4, 1, 1), 64: (8, 1, 1)}
+# Prefills whose plan routes at a larger BLOCK_M (from ~1536 tokens) route at this one instead under
+# --mma-experts (None: they keep the Triton kernels over the bf16 experts): an expert's second block of 64 reads
+# its weights mostly from L2, its CTAs being adjacent in the grid
+MMA_LARGE_BLOCK_M: int | None = 64
 UNPLANNED_TILES = (8, 1, 0)  # a direct call at another BLOCK_M (tests, bench)
 Tiles = tuple[int, int, int]
 

@@ -159,3 +159,20 @@ def test_rejects_unsupported_wgmma_tiles(experts, tiles):
     routed = (rt.topk_weights, rt.sorted_pairs, rt.meta, rt.max_blocks, 16)
     with pytest.raises(ValueError):
         gate_up_grouped_mma(x, packed, sg, *routed, tiles=tiles)
+
+
+def test_fused_moe_over_the_copies_matches_the_bf16_path(experts):
+    """The whole MoE block with ``packed`` = the 12-bit copies against the Triton kernels on the bf16 weights, at
+    token counts routed at BLOCK_M 16, 64 and (2048: the plan's 128, rerouted to MMA_LARGE_BLOCK_M) 64."""
+    from hyserve.kernels.moe.triton_moe import fused_moe_triton
+
+    w, shared, sg, packed = experts
+    wd, sd = unpack_mma_down(packed)
+    gen = torch.Generator(device="cuda").manual_seed(13)
+    gate = (torch.randn(E, HIDDEN, generator=gen, device="cuda") * HIDDEN**-0.5).bfloat16()
+    for T in (64, 1024, 2048):
+        x = torch.randn(T, HIDDEN, generator=gen, device="cuda").bfloat16()
+        args = (x, gate, w, wd, TOP_K, shared, sd, sg)
+        bf16 = fused_moe_triton(*args)
+        mma = fused_moe_triton(*args, packed=packed)
+        assert rel_err(mma.float(), bf16.float()) < 1e-2, T

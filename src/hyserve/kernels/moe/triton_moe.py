@@ -38,7 +38,12 @@ import torch.nn.functional as F
 from hyserve.kernels.activation.reference import silu_and_mul_reference
 from hyserve.kernels.moe.configs import get_plan
 from hyserve.kernels.moe.mma_experts import MmaExperts
-from hyserve.kernels.moe.mma_grouped import down_grouped_mma, gate_up_grouped_mma, grouped_mma_takes
+from hyserve.kernels.moe.mma_grouped import (
+    MMA_LARGE_BLOCK_M,
+    down_grouped_mma,
+    gate_up_grouped_mma,
+    grouped_mma_takes,
+)
 from hyserve.kernels.moe.router import route_and_align_fused, route_topk_fused, router_logits_fused
 from hyserve.kernels.moe.routing import route_and_align, route_topk, small_routing
 from hyserve.kernels.moe.triton_decode import MAX_REDUCE_TOKENS, down_reduce
@@ -130,6 +135,7 @@ def fused_moe_triton(
                 norm_weight=norm_weight,
                 norm_eps=norm_eps,
                 residual=residual[t0:t1] if residual is not None else None,
+                packed=packed,
             )
         return out
     has_shared = shared_gate_up is not None and shared_down is not None
@@ -224,6 +230,9 @@ def _grouped(
     where its kernels take the block size."""
     T, E = x.shape[0], gate_weight.shape[0]
     bm = plan["block_m"]
+    large = MMA_LARGE_BLOCK_M
+    if mma is not None and large and bm > large and grouped_mma_takes(mma, large, x.shape[1]):
+        bm = large
     reduce = plan["down_mode"] == "reduce" and T <= MAX_REDUCE_TOKENS
     if not reduce and bm < 16:
         raise ValueError("block_m < 16 (GEMV variants) needs down_mode 'reduce' and T <= 128")
