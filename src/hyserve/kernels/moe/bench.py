@@ -258,6 +258,77 @@ def pairs_times(top_k: int = 8) -> list[tuple[str, dict, float, float, float]]:
     return out
 
 
+def mma_down_times(top_k: int = 8) -> list[dict]:
+    """The one-token down after its gate_up, as in the decode step (the Triton gate_up of the batch-1 plan, then the
+    down, PAIRS_LAYERS layers of weights in one graph, so that the down's pre-wait loads overlap the gate_up as
+    there): the Triton down of the plan against ``mma_down_pairs.down_pairs_mma`` (KSPLIT 1, 2) over the 12-bit
+    copy. us a layer for gate_up alone and gate_up + down (the down's share is the difference), rel err of the
+    output against the Triton down's."""
+    from hyserve.kernels.moe.configs import get_plan
+    from hyserve.kernels.moe.mma_down_pairs import KSPLITS, down_pairs_mma
+    from hyserve.kernels.moe.mma_experts import pack_mma_experts
+    from hyserve.kernels.moe.routing import route_topk
+    from hyserve.kernels.moe.triton_pairs import down_pairs, gate_up_pairs
+    from hyserve.kernels.testing import rel_err
+
+    layers = [make_layer(seed=i) for i in range(PAIRS_LAYERS)]
+    E, two_i, H = layers[0]["w_gate_up"].shape
+    plan = get_plan(1, E, H, two_i // 2, top_k, torch.bfloat16)
+    packs = [
+        pack_mma_experts(la["w_gate_up"], la["shared_gate_up"], la["w_down"], la["shared_down"])
+        for la in layers
+    ]
+    x = make_x(1, H)
+    routes = [route_topk(F.linear(x, la["gate_weight"]), top_k, x.dtype) for la in layers]
+    hs = [torch.empty(top_k + 1, two_i // 2, device="cuda", dtype=x.dtype) for _ in layers]
+    out = torch.empty(1, H, device="cuda", dtype=x.dtype)
+
+    def gate_up(la, r, h):
+        args = (x, la["w_gate_up"], la["shared_gate_up"], la["shared_expert_gate"], *r, plan["gate_up"])
+        gate_up_pairs(*args, h=h)
+
+    downs = {
+        "triton plan": lambda la, r, h, pk: down_pairs(
+            h, la["w_down"], la["shared_down"], r[0], plan["down"], out
+        )
+    }
+    for ks in KSPLITS:
+        downs[f"mma ksplit {ks}"] = lambda la, r, h, pk, ks=ks: down_pairs_mma(h, pk, r[0], out, ksplit=ks)
+    items = list(zip(layers, routes, hs, packs))
+    base = time_ms(lambda: [gate_up(la, r, h) for la, r, h, _ in items], graph=True) * 1e3 / PAIRS_LAYERS
+    print(f"gate_up alone {base:7.2f} us a layer", flush=True)
+    rows, ref = [], None
+    nbytes = (top_k + 1) * H * (two_i // 2) * 2
+    for name, down in downs.items():
+
+        def fn(down=down):
+            for la, r, h, pk in items:
+                gate_up(la, r, h)
+                down(la, r, h, pk)
+            return out
+
+        res = fn().clone()
+        ref = res if ref is None else ref
+        us = time_ms(fn, graph=True) * 1e3 / PAIRS_LAYERS
+        frac = 1.0 if name.startswith("triton") else 0.75
+        pct = 100 * nbytes * frac / ((us - base) * 1e-6) / HBM_BPS
+        rows.append(
+            dict(
+                kernel=name,
+                us=us,
+                down_us=us - base,
+                pct_floor=pct,
+                rel_err=rel_err(res.float(), ref.float()),
+            )
+        )
+        print(
+            f"down {name:14s} gate_up + down {us:7.2f} us, down {us - base:6.2f} us ({pct:5.1f}% of its bytes' floor) "
+            f"rel err {rows[-1]['rel_err']:.2e}",
+            flush=True,
+        )
+    return rows
+
+
 MMA_GROUPED_TILES = (
     (4, 1, 0),
     (4, 1, 1),
@@ -475,8 +546,12 @@ def main() -> None:
     ap.add_argument(
         "--mma-grouped", action="store_true", help="time the grouped gate_up on tensor cores at --tokens"
     )
+    ap.add_argument("--mma-down", action="store_true", help="time the one-token down over the 12-bit copy")
     a = ap.parse_args()
     assert torch.cuda.is_available(), "the benchmark needs the GPU"
+    if a.mma_down:
+        mma_down_times()
+        return
     if a.mma_grouped:
         grouped_mma_times(tuple(int(t) for t in a.tokens.split(",")))
         return

@@ -37,6 +37,7 @@ import torch.nn.functional as F
 
 from hyserve.kernels.activation.reference import silu_and_mul_reference
 from hyserve.kernels.moe.configs import get_plan
+from hyserve.kernels.moe.mma_down_pairs import down_pairs_mma, down_pairs_mma_takes
 from hyserve.kernels.moe.mma_experts import MmaExperts
 from hyserve.kernels.moe.mma_grouped import (
     MMA_LARGE_BLOCK_M,
@@ -190,7 +191,9 @@ def fused_moe_triton(
             h = gate_up_pairs(*args, part="routed", h=gate_up_pairs(*args, part="shared", **kw), **kw)
         else:
             h = gate_up_pairs(*args, **kw, **routed_norm)
-        if pplan is None:
+        if pplan is None and not kw and fuse_shared and down_pairs_mma_takes(packed, h, ids):
+            res = down_pairs_mma(h, packed, ids.contiguous(), out=target, add_out=add_out)
+        elif pplan is None:
             res = down_pairs(h, w_down, sd, ids, plan["down"], out=target, add_out=add_out, **kw)
     else:
         mma = packed if isinstance(packed, MmaExperts) and fuse_shared and x.dtype == torch.bfloat16 else None

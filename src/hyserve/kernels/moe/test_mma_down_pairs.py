@@ -1,0 +1,138 @@
+"""mma_down_pairs: the reference against the plain bf16 down on the CPU; on the GPU the kernel against the reference
+(fresh random inputs, forced escapes, NaN-poisoned outputs, KSPLIT 1 and 2, PDL on and off, with and without the
+residual), against the Triton pairs down, and the whole MoE block at one token over the copies against the bf16 path."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from hyserve.kernels.moe.mma_down_pairs import (
+    KSPLITS,
+    down_pairs_mma,
+    down_pairs_mma_reference,
+    down_pairs_mma_takes,
+)
+from hyserve.kernels.moe.mma_experts import pack_mma_experts
+from hyserve.kernels.testing import rel_err
+
+gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason="the CUDA kernel runs on the GPU only")
+
+
+def _experts(E: int, H: int, inter: int, device: str, seed: int = 0):
+    gen = torch.Generator(device=device).manual_seed(seed)
+    w = (torch.randn(E, 2 * inter, H, generator=gen, device=device) * H**-0.5).bfloat16()
+    shared = (torch.randn(2 * inter, H, generator=gen, device=device) * H**-0.5).bfloat16()
+    wd = (torch.randn(E, H, inter, generator=gen, device=device) * inter**-0.5).bfloat16()
+    sd = (torch.randn(H, inter, generator=gen, device=device) * inter**-0.5).bfloat16()
+    wd[2, 17, :5] = 0.0  # escapes: zeros in a row of nonzeros fall outside its 12-bit window
+    wd[5, 40, 300:340] = 0.0
+    sd[3, 7:9] = 0.0
+    return w, shared, wd, sd, pack_mma_experts(w, shared, wd, sd)
+
+
+def _inputs(T: int, E: int, k: int, inter: int, device: str, seed: int):
+    gen = torch.Generator(device=device).manual_seed(seed)
+    ids = torch.stack([torch.randperm(E, generator=gen, device=device)[:k] for _ in range(T)]).int()
+    ids[0, 0], ids[0, 1] = 2, 5  # the experts with escapes
+    h = torch.randn(T * k + T, inter, generator=gen, device=device).bfloat16()
+    return ids, h
+
+
+def test_reference_is_the_bf16_down():
+    """CPU: the reference over the copy equals the down over the bf16 weights (same fp32 math)."""
+    E, H, inter, k, T = 16, 64, 128, 4, 3
+    _, _, wd, sd, packed = _experts(E, H, inter, "cpu")
+    ids, h = _inputs(T, E, k, inter, "cpu", seed=1)
+    res = torch.randn(T, H).bfloat16()
+    out = down_pairs_mma_reference(h, packed, ids, out=res.clone(), add_out=True)
+    hf = h.float()
+    want = res.float() + hf[T * k :] @ sd.float().T
+    for t in range(T):
+        for j in range(k):
+            want[t] += hf[t * k + j] @ wd[ids[t, j]].float().T
+    assert rel_err(out.float(), want.bfloat16().float()) < 1e-2
+    assert not down_pairs_mma_takes(None, h, ids)  # no copy: the Triton path
+
+
+@gpu
+@pytest.mark.parametrize("T", [1, 3])
+@pytest.mark.parametrize("ksplit", KSPLITS)
+@pytest.mark.parametrize("pdl", ["0", "1"])
+@pytest.mark.parametrize("add_out", [False, True])
+def test_kernel_matches_reference(monkeypatch, T, ksplit, pdl, add_out):
+    monkeypatch.setenv("HYSERVE_PDL", pdl)
+    E, H, inter, k = 256, 2048, 512, 8
+    *_, packed = _experts(E, H, inter, "cuda")
+    ids, h = _inputs(T, E, k, inter, "cuda", seed=T + ksplit)
+    if add_out:
+        res = torch.randn(T, H, device="cuda").bfloat16()
+        out = down_pairs_mma(h, packed, ids, out=res.clone(), add_out=True, ksplit=ksplit)
+        ref = down_pairs_mma_reference(h, packed, ids, out=res.clone(), add_out=True)
+    else:
+        out = torch.full((T, H), float("nan"), device="cuda", dtype=torch.bfloat16)
+        out = down_pairs_mma(h, packed, ids, out=out, ksplit=ksplit)
+        ref = down_pairs_mma_reference(h, packed, ids)
+    assert not out.isnan().any()
+    assert rel_err(out.float(), ref.float()) < 1e-2
+    # the rows with escapes (expert 2's row 17, expert 5's row 40, the shared expert's row 3) on their own
+    for col in (17, 40, 3):
+        assert rel_err(out[0, col].float(), ref[0, col].float()) < 2e-2
+
+
+@gpu
+def test_kernel_matches_the_triton_down():
+    from hyserve.kernels.moe.configs import get_plan
+    from hyserve.kernels.moe.triton_pairs import down_pairs
+
+    E, H, inter, k = 256, 2048, 512, 8
+    _, _, wd, sd, packed = _experts(E, H, inter, "cuda")
+    ids, h = _inputs(1, E, k, inter, "cuda", seed=9)
+    plan = get_plan(1, E, H, inter, k, torch.bfloat16)
+    triton = down_pairs(h, wd, sd, ids, plan["down"]) if plan["down_mode"] == "pairs" else None
+    if triton is None:
+        pytest.skip("the batch-1 plan does not take the pairs path")
+    assert rel_err(down_pairs_mma(h, packed, ids).float(), triton.float()) < 1e-2
+
+
+@gpu
+def test_rejects_bad_inputs():
+    E, H, inter, k = 16, 256, 128, 8
+    *_, packed = _experts(E, H, inter, "cuda")
+    ids, h = _inputs(1, E, k, inter, "cuda", seed=2)
+    with pytest.raises(ValueError):
+        down_pairs_mma(h, packed, ids, ksplit=2)  # I = 128 is one chunk: no K split
+    with pytest.raises(ValueError):
+        down_pairs_mma(h[:-1], packed, ids)
+    with pytest.raises(ValueError):
+        down_pairs_mma(h, packed, ids.long())
+
+
+@gpu
+def test_fused_moe_at_one_token_over_the_copies(monkeypatch):
+    """The decode path's MoE (the Triton gate_up, then this down) with ``packed`` against the bf16 weights alone,
+    with the residual added in place; and with a graph replay."""
+    from hyserve.kernels.moe.triton_moe import fused_moe_triton
+
+    monkeypatch.setenv("HYSERVE_PDL", "1")
+    E, H, inter, k = 256, 2048, 512, 8
+    w, shared, wd, sd, packed = _experts(E, H, inter, "cuda")
+    gen = torch.Generator(device="cuda").manual_seed(4)
+    gate = (torch.randn(E, H, generator=gen, device="cuda") * H**-0.5).bfloat16()
+    sg = (torch.randn(1, H, generator=gen, device="cuda") * H**-0.5).bfloat16()
+    x = torch.randn(1, H, generator=gen, device="cuda").bfloat16()
+    res = torch.randn(1, H, generator=gen, device="cuda").bfloat16()
+    args = (x, gate, w, wd, k, shared, sd, sg)
+    want = fused_moe_triton(*args, residual=res.clone())
+    got = fused_moe_triton(*args, residual=res.clone(), packed=packed)
+    assert rel_err(got.float(), want.float()) < 1e-2
+    r = res.clone()
+    fused_moe_triton(*args, residual=r, packed=packed)  # compiled outside the capture
+    graph = torch.cuda.CUDAGraph()
+    r.copy_(res)
+    with torch.cuda.graph(graph):
+        fused_moe_triton(*args, residual=r, packed=packed)
+    r.copy_(res)
+    graph.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(r, got)
