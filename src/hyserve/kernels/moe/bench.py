@@ -258,16 +258,18 @@ def pairs_times(top_k: int = 8) -> list[tuple[str, dict, float, float, float]]:
     return out
 
 
-def mma_down_times(top_k: int = 8) -> list[dict]:
-    """The one-token down after its gate_up, as in the decode step (the Triton gate_up of the batch-1 plan, then the
-    down, PAIRS_LAYERS layers of weights in one graph, so that the down's pre-wait loads overlap the gate_up as
-    there): the Triton down of the plan against ``mma_down_pairs.down_pairs_mma`` (KSPLIT 1, 2) over the 12-bit
-    copy. us a layer for gate_up alone and gate_up + down (the down's share is the difference), rel err of the
-    output against the Triton down's."""
+MMA_PAIRS_TILES = ((2, 1), (2, 2), (4, 1), (4, 2), (8, 1))  # gate_up_pairs_mma's (SPLIT, DEPTH) variants
+
+
+def mma_pairs_times(top_k: int = 8) -> list[dict]:
+    """The one-token MoE as in the decode step: gate_up (a given routing, the pre-norm inside) then down, PAIRS_LAYERS
+    layers of weights in one graph (so that each kernel's pre-wait loads overlap the one before, as there): the
+    Triton kernels of the batch-1 plan against ``mma_pairs``' over the 12-bit copies (gate_up at MMA_PAIRS_TILES, down
+    at each KSPLIT). us a layer for each pair of kernels, and rel err of h and of the output against the Triton
+    pair's."""
     from hyserve.kernels.moe.configs import get_plan
-    from hyserve.kernels.moe.mma_down_pairs import KSPLITS, down_pairs_mma
     from hyserve.kernels.moe.mma_experts import pack_mma_experts
-    from hyserve.kernels.moe.routing import route_topk
+    from hyserve.kernels.moe.mma_pairs import KSPLIT, KSPLITS, down_pairs_mma, gate_up_pairs_mma
     from hyserve.kernels.moe.triton_pairs import down_pairs, gate_up_pairs
     from hyserve.kernels.testing import rel_err
 
@@ -278,52 +280,60 @@ def mma_down_times(top_k: int = 8) -> list[dict]:
         pack_mma_experts(la["w_gate_up"], la["shared_gate_up"], la["w_down"], la["shared_down"])
         for la in layers
     ]
-    x = make_x(1, H)
-    routes = [route_topk(F.linear(x, la["gate_weight"]), top_k, x.dtype) for la in layers]
+    g = torch.Generator(device="cuda").manual_seed(3)
+    x = torch.randn(1, H, generator=g, device="cuda").bfloat16() * 3
+    nw = (torch.randn(H, generator=g, device="cuda") * 0.1).bfloat16()
+    routes = []
+    for la in layers:  # the routed projection's output: top-k ids and raw logits (before the norm's rstd)
+        raw, ids = (x.float() @ (la["gate_weight"].float() * (1 + nw.float())).T).topk(top_k, -1)
+        routes.append((ids.int().contiguous(), raw.contiguous()))
     hs = [torch.empty(top_k + 1, two_i // 2, device="cuda", dtype=x.dtype) for _ in layers]
     out = torch.empty(1, H, device="cuda", dtype=x.dtype)
-
-    def gate_up(la, r, h):
-        args = (x, la["w_gate_up"], la["shared_gate_up"], la["shared_expert_gate"], *r, plan["gate_up"])
-        gate_up_pairs(*args, h=h)
-
-    downs = {
-        "triton plan": lambda la, r, h, pk: down_pairs(
-            h, la["w_down"], la["shared_down"], r[0], plan["down"], out
-        )
-    }
-    for ks in KSPLITS:
-        downs[f"mma ksplit {ks}"] = lambda la, r, h, pk, ks=ks: down_pairs_mma(h, pk, r[0], out, ksplit=ks)
     items = list(zip(layers, routes, hs, packs))
-    base = time_ms(lambda: [gate_up(la, r, h) for la, r, h, _ in items], graph=True) * 1e3 / PAIRS_LAYERS
-    print(f"gate_up alone {base:7.2f} us a layer", flush=True)
-    rows, ref = [], None
-    nbytes = (top_k + 1) * H * (two_i // 2) * 2
-    for name, down in downs.items():
 
-        def fn(down=down):
-            for la, r, h, pk in items:
-                gate_up(la, r, h)
-                down(la, r, h, pk)
+    def gu_triton(la, r, h, pk):
+        args = (x, la["w_gate_up"], la["shared_gate_up"], la["shared_expert_gate"], *r, plan["gate_up"])
+        gate_up_pairs(*args, h=h, norm_weight=nw, norm_eps=1e-6)
+
+    def gu_mma(tiles):
+        return lambda la, r, h, pk: gate_up_pairs_mma(x, pk, *r, nw, 1e-6, la["shared_expert_gate"], tiles, h)
+
+    def dn_triton(la, r, h, pk):
+        down_pairs(h, la["w_down"], la["shared_down"], r[0], plan["down"], out)
+
+    def dn_mma(ks):
+        return lambda la, r, h, pk: down_pairs_mma(h, pk, r[0], out, ksplit=ks)
+
+    combos = [("triton", gu_triton, "triton", dn_triton)]
+    combos += [("triton", gu_triton, f"mma ksplit {ks}", dn_mma(ks)) for ks in KSPLITS]
+    for tiles in MMA_PAIRS_TILES:
+        combos += [(f"mma {tiles[0]}w d{tiles[1]}", gu_mma(tiles), n, d) for n, d in
+                   (("triton", dn_triton), (f"mma ksplit {KSPLIT}", dn_mma(KSPLIT)))]  # fmt: skip
+    rows, ref_h, ref_out = [], None, None
+    nbytes = (top_k + 1) * 3 * H * (two_i // 2) * 2  # bf16 gate_up + down of 9 experts
+    for gname, gu, dname, dn in combos:
+
+        def fn(gu=gu, dn=dn):
+            for it in items:
+                gu(*it)
+                dn(*it)
             return out
 
-        res = fn().clone()
-        ref = res if ref is None else ref
+        try:
+            res = fn().clone()
+        except ValueError as exc:
+            print(f"gate_up {gname:12s} down {dname:14s} skipped: {exc}", flush=True)
+            continue
+        h0 = hs[0].clone()
+        ref_h, ref_out = (h0, res) if ref_h is None else (ref_h, ref_out)
         us = time_ms(fn, graph=True) * 1e3 / PAIRS_LAYERS
-        frac = 1.0 if name.startswith("triton") else 0.75
-        pct = 100 * nbytes * frac / ((us - base) * 1e-6) / HBM_BPS
-        rows.append(
-            dict(
-                kernel=name,
-                us=us,
-                down_us=us - base,
-                pct_floor=pct,
-                rel_err=rel_err(res.float(), ref.float()),
-            )
-        )
+        frac = (2 * (0.75 if gname.startswith("mma") else 1) + (0.75 if dname.startswith("mma") else 1)) / 3
+        pct = 100 * nbytes * frac / (us * 1e-6) / HBM_BPS
+        errs = rel_err(h0.float(), ref_h.float()), rel_err(res.float(), ref_out.float())
+        rows.append(dict(gate_up=gname, down=dname, us=us, pct_floor=pct, rel_err_h=errs[0], rel_err=errs[1]))
         print(
-            f"down {name:14s} gate_up + down {us:7.2f} us, down {us - base:6.2f} us ({pct:5.1f}% of its bytes' floor) "
-            f"rel err {rows[-1]['rel_err']:.2e}",
+            f"gate_up {gname:12s} down {dname:14s} {us:7.2f} us a layer ({pct:5.1f}% of its bytes' floor) "
+            f"rel err h {errs[0]:.2e} out {errs[1]:.2e}",
             flush=True,
         )
     return rows
@@ -546,11 +556,13 @@ def main() -> None:
     ap.add_argument(
         "--mma-grouped", action="store_true", help="time the grouped gate_up on tensor cores at --tokens"
     )
-    ap.add_argument("--mma-down", action="store_true", help="time the one-token down over the 12-bit copy")
+    ap.add_argument(
+        "--mma-pairs", action="store_true", help="time the one-token gate_up and down over the 12-bit copies"
+    )
     a = ap.parse_args()
     assert torch.cuda.is_available(), "the benchmark needs the GPU"
-    if a.mma_down:
-        mma_down_times()
+    if a.mma_pairs:
+        mma_pairs_times()
         return
     if a.mma_grouped:
         grouped_mma_times(tuple(int(t) for t in a.tokens.split(",")))

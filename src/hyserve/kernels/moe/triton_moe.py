@@ -37,13 +37,18 @@ import torch.nn.functional as F
 
 from hyserve.kernels.activation.reference import silu_and_mul_reference
 from hyserve.kernels.moe.configs import get_plan
-from hyserve.kernels.moe.mma_down_pairs import down_pairs_mma, down_pairs_mma_takes
 from hyserve.kernels.moe.mma_experts import MmaExperts
 from hyserve.kernels.moe.mma_grouped import (
     MMA_LARGE_BLOCK_M,
     down_grouped_mma,
     gate_up_grouped_mma,
     grouped_mma_takes,
+)
+from hyserve.kernels.moe.mma_pairs import (
+    down_pairs_mma,
+    down_pairs_mma_takes,
+    gate_up_pairs_mma,
+    gate_up_pairs_mma_takes,
 )
 from hyserve.kernels.moe.router import route_and_align_fused, route_topk_fused, router_logits_fused
 from hyserve.kernels.moe.routing import route_and_align, route_topk, small_routing
@@ -185,6 +190,9 @@ def fused_moe_triton(
             res = down_pairs_packed(
                 h, packed.down, packed.shared_down, ids, pplan["down"], out=target, add_out=add_out
             )
+        elif routing is not None and fuse_shared and gate_up_pairs_mma_takes(packed, x, ids):
+            nw, eps = routed_norm["norm_weight"], routed_norm["norm_eps"]
+            h = gate_up_pairs_mma(x, packed, ids.contiguous(), weights.contiguous(), nw, eps, sg)
         elif (
             plan.get("split_shared") and sgu is not None and routing is None
         ):  # routed launch streams pre-wait
