@@ -167,7 +167,7 @@ def test_gate_up_rejects_bad_inputs():
     E, H, inter, k = 256, 2048, 512, 8
     *_, packed = _experts(E, H, inter, "cuda")
     x, nw, sg, ids, raw = _token(E, H, k, seed=3)
-    for bad in (dict(tiles=(3, 1)), dict(tiles=(4, 3)), dict(x=x.float()), dict(ids=ids.long())):
+    for bad in (dict(tiles=(3, 1)), dict(tiles=(4, 3)), dict(x=x.float()), dict(topk_ids=ids.long())):
         args = dict(x=x, packed=packed, topk_ids=ids, raw_logits=raw, norm_weight=nw, norm_eps=1e-6)
         args.update(shared_expert_gate=sg, **bad)
         with pytest.raises(ValueError):
