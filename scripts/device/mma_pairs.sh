@@ -8,8 +8,8 @@ source "$(dirname "$0")/common.sh"
 W=$OUT
 P=src/hyserve/kernels/moe/mma_pairs.py
 for d in .off .down; do rm -rf $d && mkdir -p $d && cp -r src $d/; done
-sed -i 's/^MAX_TOKENS = .*$/MAX_TOKENS = 0/; s/^GATE_UP_TILES: .*$/GATE_UP_TILES: tuple[int, int] | None = None/' .off/$P
-sed -i 's/^GATE_UP_TILES: .*$/GATE_UP_TILES: tuple[int, int] | None = None/' .down/$P
+sed -i 's/^MAX_TOKENS = .*$/MAX_TOKENS = 0/; s/^GATE_UP_TILES: .*$/GATE_UP_TILES: tuple[int, int, int] | None = None/' .off/$P
+sed -i 's/^GATE_UP_TILES: .*$/GATE_UP_TILES: tuple[int, int, int] | None = None/' .down/$P
 grep -H "^MAX_TOKENS\|^GATE_UP_TILES" .off/$P .down/$P $P
 TAILN=12 run tests 400 python3 -m pytest -q -p no:cacheprovider src/hyserve/kernels/moe/test_mma_pairs.py ${MORE_TESTS:-}
 TAILN=40 run bench 200 python3 -m hyserve.kernels.moe.bench --mma-pairs
