@@ -2,13 +2,13 @@
 # The one-token MoE kernels over the experts' 12-bit copies (moe/mma_pairs.py) in one device call: their GPU tests
 # (and MORE_TESTS), `moe.bench --mma-pairs`, then the batch-1 decode step (ab_decode.sh) on the model cut to LAYERS
 # (16) layers with --mma-experts: neither kernel (off: the module's switches off), the down only (down), both (both),
-# and both with the gate_up's tiles of each TILES entry ("2,2,6 4,1,3": trees made here). KINDS (off down both)
+# and both with the gate_up's tiles of each TILES entry ("2,2 4,1": trees made here). KINDS (off down both)
 # picks the first three. Carry .whl.
 set -u
 source "$(dirname "$0")/common.sh"
 W=$OUT
 P=src/hyserve/kernels/moe/mma_pairs.py
-NONE="GATE_UP_TILES: tuple[int, int, int] | None = None"
+NONE="GATE_UP_TILES: tuple[int, int] | None = None"
 sides=""
 for kind in ${KINDS:-off down both}; do
   case $kind in
@@ -20,7 +20,7 @@ done
 [ -d .down ] && sed -i "s/^GATE_UP_TILES: .*$/$NONE/" .down/$P
 for t in ${TILES:-}; do
   d=.t${t//,/}; rm -rf $d && mkdir -p $d && cp -r src $d/
-  sed -i "s/^GATE_UP_TILES: .*$/GATE_UP_TILES: tuple[int, int, int] | None = ($t)/" $d/$P
+  sed -i "s/^GATE_UP_TILES: .*$/GATE_UP_TILES: tuple[int, int] | None = ($t)/" $d/$P
   sides+=" t${t//,/}:$d/src:--mma-experts"
 done
 grep -H "^MAX_TOKENS\|^GATE_UP_TILES" .*/$P $P 2> /dev/null

@@ -258,8 +258,7 @@ def pairs_times(top_k: int = 8) -> list[tuple[str, dict, float, float, float]]:
     return out
 
 
-# gate_up_pairs_mma's (SPLIT, DEPTH, SMEM_CH) variants
-MMA_PAIRS_TILES = ((2, 1, 0), (2, 2, 0), (2, 1, 4), (2, 2, 4), (2, 2, 6), (2, 1, 8), (4, 1, 2), (4, 1, 3))
+MMA_PAIRS_TILES = ((2, 1), (2, 2), (4, 1), (4, 2), (8, 1))  # gate_up_pairs_mma's (SPLIT, DEPTH) variants
 
 
 def mma_pairs_times(top_k: int = 8) -> list[dict]:
@@ -308,7 +307,7 @@ def mma_pairs_times(top_k: int = 8) -> list[dict]:
     combos = [("triton", gu_triton, "triton", dn_triton)]
     combos += [("triton", gu_triton, f"mma ksplit {ks}", dn_mma(ks)) for ks in KSPLITS]
     for tiles in MMA_PAIRS_TILES:
-        combos += [(f"mma {tiles[0]}w d{tiles[1]} s{tiles[2]}", gu_mma(tiles), n, d) for n, d in
+        combos += [(f"mma {tiles[0]}w d{tiles[1]}", gu_mma(tiles), n, d) for n, d in
                    (("triton", dn_triton), (f"mma ksplit {KSPLIT}", dn_mma(KSPLIT)))]  # fmt: skip
     rows, ref_h, ref_out = [], None, None
     nbytes = (top_k + 1) * 3 * H * (two_i // 2) * 2  # bf16 gate_up + down of 9 experts

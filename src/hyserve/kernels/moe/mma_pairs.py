@@ -43,9 +43,9 @@ from hyserve.kernels.rmsnorm.reference import rms_norm_reference
 MAX_TOKENS = 1
 KSPLIT = 2
 KSPLITS = (1, 2)
-# the gate_up kernel's tiles, (SPLIT warps a tile, DEPTH chunks ahead a warp in registers, SMEM_CH chunks a warp staged
-# through shared memory first); None: the decode path keeps the Triton gate_up. H100, 2026-12-06 (performance.md)
-GATE_UP_TILES: tuple[int, int, int] | None = (2, 2, 0)
+# the gate_up kernel's tiles, (SPLIT warps a tile, DEPTH chunks ahead a warp); None: the decode path keeps the Triton
+# gate_up
+GATE_UP_TILES: tuple[int, int] | None = (2, 2)
 
 SOURCE = (
     GROUPED_SOURCE
@@ -61,25 +61,9 @@ __device__ __forceinline__ float dot8(uint4 a, uint4 b) {
   return s;
 }
 
-// cp.async.wait_group n for a run-time n < 8 (the loops that call it are unrolled: n is a constant there)
-__device__ __forceinline__ void cp_async_wait_n(int n) {
-  switch (n) {
-    case 0: cp_async_wait<0>(); break;
-    case 1: cp_async_wait<1>(); break;
-    case 2: cp_async_wait<2>(); break;
-    case 3: cp_async_wait<3>(); break;
-    case 4: cp_async_wait<4>(); break;
-    case 5: cp_async_wait<5>(); break;
-    case 6: cp_async_wait<6>(); break;
-    default: cp_async_wait<7>(); break;
-  }
-}
-
 // grid (2I / 16 tiles, k + 1 pairs), 32 SPLIT threads; pair k is the shared expert (expert E of the packed matrix);
-// h [k + 1, I]; ids [k], raw [k] (the top-k raw logits, before rstd). A warp's first SMEM_CH chunks go to shared
-// memory by cp.async (bytes in flight without registers; each lane reads back only what it copied), the rest
-// through the register ring
-template <int SPLIT, int DEPTH, int SMEM_CH, bool PDL>
+// h [k + 1, I]; ids [k], raw [k] (the top-k raw logits, before rstd)
+template <int SPLIT, int DEPTH, bool PDL>
 __global__ void __launch_bounds__(32 * SPLIT) gate_up_pairs_mma(
     bf16_t* __restrict__ h, const bf16_t* __restrict__ x, const bf16_t* __restrict__ nw, float eps,
     const int* __restrict__ ids, const float* __restrict__ raw, const bf16_t* __restrict__ sgate,
@@ -87,8 +71,7 @@ __global__ void __launch_bounds__(32 * SPLIT) gate_up_pairs_mma(
     const int* __restrict__ eptr, const int* __restrict__ ecol, const float* __restrict__ edelta, int K, int I, int E,
     int k_top) {
   static_assert(DEPTH == 1 || DEPTH == 2, "one or two chunks ahead");
-  static_assert(SMEM_CH >= 0 && SMEM_CH <= 8, "at most 8 chunks a warp through shared memory");
-  extern __shared__ uint4 xs[];  // [K / 8]: x_n, bf16; then [SPLIT][SMEM_CH][6][32] the staged chunks
+  extern __shared__ uint4 xs[];  // [K / 8]: x_n, bf16
   __shared__ float part[SPLIT][16];
   __shared__ float red[SPLIT], red2[SPLIT], rows[16];
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
@@ -106,22 +89,13 @@ __global__ void __launch_bounds__(32 * SPLIT) gate_up_pairs_mma(
   };
   unsigned int base4;
   int e_beg = 0, e_end = 0, tile;
-  uint4* wb = xs + (K >> 3) + warp * SMEM_CH * 6 * 32;  // the warp's staged chunks
   // expert e's tile: its first chunks requested, its rows' windows and (threads < 16) escape ranges
   auto start = [&](int e) {
     tile = e * ((2 * I) >> 4) + blockIdx.x;
     lp = low + ((size_t)tile * (S >> 1) + (s0 >> 1)) * 32 + lane;
     cp = codes + ((size_t)tile * (S >> 2) + (s0 >> 2)) * 32 + lane;
-#pragma unroll
-    for (int ch = 0; ch < SMEM_CH; ++ch) {  // one cp.async group a chunk
-#pragma unroll
-      for (int i = 0; i < 4; ++i) cp_async16(wb + (ch * 6 + i) * 32 + lane, lp + ch * 128 + i * 32);
-#pragma unroll
-      for (int i = 0; i < 2; ++i) cp_async16(wb + (ch * 6 + 4 + i) * 32 + lane, cp + ch * 64 + i * 32);
-      cp_async_commit();
-    }
-    fetch(w0, SMEM_CH);
-    if (DEPTH == 2) fetch(w1, SMEM_CH + 1);
+    fetch(w0, 0);
+    if (DEPTH == 2) fetch(w1, 1);
     base4 = tile_base4(base, tile, g);
     if (tid < 16) e_beg = __ldg(eptr + tile * 16 + tid), e_end = __ldg(eptr + tile * 16 + tid + 1);
   };
@@ -150,7 +124,10 @@ __global__ void __launch_bounds__(32 * SPLIT) gate_up_pairs_mma(
   __syncthreads();  // xs normalised
   const unsigned int* x2 = reinterpret_cast<const unsigned int*>(xs);
   float c[4] = {0.f, 0.f, 0.f, 0.f};
-  auto run = [&](int ch, const uint4 (&lo)[4], const uint4 (&cd)[2]) {  // the 8 k16 steps of chunk ch
+  // chunk ch from buffer cur, while chunk ch + DEPTH loads into nxt (chunk ch - 1's)
+  auto step = [&](int ch, const uint4 (&cur)[6], uint4 (&nxt)[6]) {
+    fetch(nxt, ch + DEPTH);
+    const uint4 lo[4] = {cur[0], cur[1], cur[2], cur[3]}, cd[2] = {cur[4], cur[5]};
 #pragma unroll
     for (int i = 0; i < 8; ++i) {
       unsigned int a[4];
@@ -159,21 +136,8 @@ __global__ void __launch_bounds__(32 * SPLIT) gate_up_pairs_mma(
       mma_bf16(c, a[0], a[1], a[2], a[3], x2[w], x2[w + 4]);
     }
   };
-#pragma unroll
-  for (int ch = 0; ch < SMEM_CH; ++ch) {
-    cp_async_wait_n(SMEM_CH - 1 - ch);  // the thread's own copies of chunk ch have landed
-    const uint4* b = wb + ch * 6 * 32 + lane;
-    const uint4 lo[4] = {b[0], b[32], b[64], b[96]}, cd[2] = {b[128], b[160]};
-    run(ch, lo, cd);
-  }
-  // chunk ch from buffer cur, while chunk ch + DEPTH loads into nxt (chunk ch - 1's)
-  auto step = [&](int ch, const uint4 (&cur)[6], uint4 (&nxt)[6]) {
-    fetch(nxt, ch + DEPTH);
-    const uint4 lo[4] = {cur[0], cur[1], cur[2], cur[3]}, cd[2] = {cur[4], cur[5]};
-    run(ch, lo, cd);
-  };
 #pragma unroll 1
-  for (int ch = SMEM_CH; ch < nch; ch += DEPTH + 1) {
+  for (int ch = 0; ch < nch; ch += DEPTH + 1) {
     if constexpr (DEPTH == 1) {
       step(ch, w0, w1);
       if (ch + 1 < nch) step(ch + 1, w1, w0);
@@ -332,12 +296,12 @@ def gate_up_pairs_mma(
     norm_weight: torch.Tensor,
     norm_eps: float,
     shared_expert_gate: torch.Tensor | None,
-    tiles: tuple[int, int, int] | None = None,
+    tiles: tuple[int, int] | None = None,
     out: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """See ``gate_up_pairs_mma_reference``: x [1, H] bf16 CUDA -> h [k + 1, I] bf16 (into ``out``). ``tiles``:
-    (SPLIT, DEPTH, SMEM_CH), else GATE_UP_TILES."""
-    split, depth, smem_ch = tiles or GATE_UP_TILES or (2, 2, 0)
+    (SPLIT, DEPTH), else GATE_UP_TILES."""
+    split, depth = tiles or GATE_UP_TILES or (4, 2)
     H, k = packed.gate_up.shape[1], topk_ids.shape[1]
     require(
         x.dtype == torch.bfloat16 and x.is_cuda and x.is_contiguous() and x.shape == (1, H),
@@ -353,12 +317,9 @@ def gate_up_pairs_mma(
         f"gate_up_pairs_mma: the norm weight must be bf16 [{H}]",
     )
     require(
-        split in (2, 4, 8)
-        and depth in (1, 2)
-        and H % (128 * split) == 0
-        and 0 <= smem_ch <= min(8, H // 128 // split),
+        split in (2, 4, 8) and depth in (1, 2) and H % (128 * split) == 0,
         f"gate_up_pairs_mma: SPLIT {split} must be 2, 4 or 8 and divide H = {H} in chunks of 128, DEPTH 1 or 2 "
-        f"(got {depth}), SMEM_CH at most 8 and a warp's chunks (got {smem_ch})",
+        f"(got {depth})",
     )
     sg = None
     if shared_expert_gate is not None:
@@ -367,15 +328,12 @@ def gate_up_pairs_mma(
     if out is None:
         out = torch.empty((k + 1, packed.inter), device=x.device, dtype=x.dtype)
     p, pdl = packed.gate_up, pdl_enabled(x)
-    kernel = template_kernel(
-        SOURCE, "gate_up_pairs_mma", (split, depth, smem_ch, pdl), _GATE_UP_PARAMS, x.device
-    )
-    kernel.launch(
+    template_kernel(SOURCE, "gate_up_pairs_mma", (split, depth, pdl), _GATE_UP_PARAMS, x.device).launch(
         (2 * packed.inter // 16, k + 1),
         32 * split,
         (out, x, norm_weight, float(norm_eps), topk_ids, raw_logits, sg, p.low, p.codes, p.base, p.escape_ptr,
          p.escape_col, p.escape_delta, H, packed.inter, packed.num_experts, k),
-        shared_mem=2 * H + split * smem_ch * 6 * 32 * 16,
+        shared_mem=2 * H,
         pdl=pdl,
     )  # fmt: skip
     return out

@@ -128,10 +128,7 @@ def _token(E: int, H: int, k: int, seed: int):
 
 
 @gpu
-@pytest.mark.parametrize(
-    "tiles",
-    [(2, 1, 0), (2, 2, 0), (4, 1, 0), (8, 2, 0), (2, 2, 4), (2, 2, 6), (2, 1, 8), (4, 1, 2), (4, 2, 4)],
-)
+@pytest.mark.parametrize("tiles", [(2, 1), (2, 2), (4, 1), (4, 2), (8, 1), (8, 2)])
 @pytest.mark.parametrize("pdl", ["0", "1"])
 @pytest.mark.parametrize("gate", [True, False])
 def test_gate_up_matches_reference(monkeypatch, tiles, pdl, gate):
@@ -170,13 +167,7 @@ def test_gate_up_rejects_bad_inputs():
     E, H, inter, k = 256, 2048, 512, 8
     *_, packed = _experts(E, H, inter, "cuda")
     x, nw, sg, ids, raw = _token(E, H, k, seed=3)
-    for bad in (
-        dict(tiles=(3, 1, 0)),
-        dict(tiles=(4, 3, 0)),
-        dict(tiles=(2, 2, 9)),
-        dict(x=x.float()),
-        dict(topk_ids=ids.long()),
-    ):
+    for bad in (dict(tiles=(3, 1)), dict(tiles=(4, 3)), dict(x=x.float()), dict(topk_ids=ids.long())):
         args = dict(x=x, packed=packed, topk_ids=ids, raw_logits=raw, norm_weight=nw, norm_eps=1e-6)
         args.update(shared_expert_gate=sg, **bad)
         with pytest.raises(ValueError):
