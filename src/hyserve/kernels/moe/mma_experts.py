@@ -1,5 +1,5 @@
 """The experts' fragment-ordered 12-bit copies (``--mma-experts``; ``layers/mma_projections.py`` makes them), which
-the grouped expert kernels of ``mma_grouped.py`` stream on tensor cores.
+the expert kernels stream on tensor cores.
 
 Layout (``pack_mma_experts``): each expert's [2I, H] gate_up rows reordered so that every 16-row tile holds 8
 gate rows and the 8 up rows of the same intermediate indices (rows ``8j .. 8j+7`` of gate, then of up), so that a
@@ -7,8 +7,7 @@ thread's C registers hold a gate value and its up value; the shared expert appen
 [(E + 1) 2I, H] matrix packed by ``mma_gemv.pack_mma``. The down weights [E, H, I] likewise, rows in order, the
 shared expert last. Both round-trip bit-exactly (``unpack_mma_experts``, ``unpack_mma_down``).
 
-(A one-token gate_up over this copy, the 29th session's ``gate_up_mma``, was faster alone than the Triton pairs
-kernel but slower inside the decode step and was removed; docs/performance.md has its rows.)
+Their kernels: ``mma_grouped.py`` (prefills and batched decode) and ``mma_pairs.py`` (one token).
 """
 
 from __future__ import annotations

@@ -44,7 +44,8 @@ MAX_TOKENS = 1
 KSPLIT = 2
 KSPLITS = (1, 2)
 # the gate_up kernel's tiles, (SPLIT warps a tile, DEPTH chunks ahead a warp); None: the decode path keeps the Triton
-# gate_up
+# gate_up. H100, 2026-12-06 (docs/performance.md): (2, 2) and (2, 1) best; more warps a tile, or a warp's first
+# chunks staged through shared memory by cp.async (more bytes in flight), were slower
 GATE_UP_TILES: tuple[int, int] | None = (2, 2)
 
 SOURCE = (

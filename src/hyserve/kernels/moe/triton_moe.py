@@ -105,7 +105,8 @@ def fused_moe_triton(
     """x [T, H] -> [T, H] in x's dtype. ``packed``: the experts' 12-bit copies: ``--pack-weights``' (``PackedExperts``),
     which the few-token path streams instead where ``configs/packed_pairs.json`` has tiles (bf16, the top-k as ids); or
     ``--mma-experts``' (``MmaExperts``), which the grouped path streams where ``mma_grouped.PLANS`` has its block
-    size. ``plan`` overrides the tile plan (tests, tuning). With
+    size (routing at ``MMA_LARGE_BLOCK_M`` where the plan's block is larger), and a one-token step with a given
+    routing through ``mma_pairs``. ``plan`` overrides the tile plan (tests, tuning). With
     ``norm_weight`` the block's input is ``rms_norm(x)`` (inside the fused router where the plan takes it);
     with ``residual`` [T, H] (contiguous) the output is added to it in the down kernel and it is returned.
     ``routing`` (topk_ids [T, k] int32, the top-k raw logits [T, k] fp32 before the pre-norm's rstd): taken
