@@ -63,9 +63,9 @@ def add_engine_arguments(parser: argparse.ArgumentParser, model_required: bool =
     g.add_argument(
         "--mma-experts",
         action="store_true",
-        help="keep lossless 12-bit copies of the experts' gate_up and down weights, which the grouped expert kernels "
-        "of prefills up to ~1024 tokens and batched decode (routing blocks of up to 64 tokens) stream through tensor-core kernels "
-        "(~48 GB more GPU memory for Qwen3.6-35B-A3B; layers/mma_projections.py, kernels/moe/mma_grouped.py)",
+        help="keep lossless 12-bit copies of the experts' gate_up and down weights, which the expert kernels of "
+        "prefills, batched decode and one-token steps stream instead through tensor-core kernels (~48 GB more GPU "
+        "memory for Qwen3.6-35B-A3B; layers/mma_projections.py, kernels/moe/mma_grouped.py, kernels/moe/mma_pairs.py)",
     )
     g.add_argument(
         "--pack-weights",
