@@ -9,8 +9,8 @@ columns the same x; column 0 of C is read): ~2.5 instructions an element in the 
 
 CTA = SPLIT warps; warp w takes steps [w S/SPLIT, (w + 1) S/SPLIT) of its tile in chunks of 8 steps, the next
 chunk's 6 16-byte loads a thread in flight while this one's 8 mma run; the warps' partial sums meet in shared
-memory and are added in warp order (deterministic). Before the PDL wait: the first chunk, the row windows and
-the escape pointers (weights; no kernel writes them). After it: x into shared memory, normalised there in a norm
+memory and are added in warp order (deterministic). Before the PDL wait: the first chunk, the row windows,
+the escape pointers and the norm weight's words (weights; no kernel writes them). After it: x into shared memory, normalised there in a norm
 tile (``rms_norm``'s math and rounding: every CTA reduces the same 2048 squares in the same order), then the
 escapes' first entries. The escapes' corrections ``delta * x_n[col]`` are added after the warps' sum.
 """
@@ -93,12 +93,30 @@ __device__ __forceinline__ float block_sum(float v, float* red, int warp, int la
   return total;
 }
 
+// The norm weight's 16-byte words a thread applies in load_x (words tid + j 32 SPLIT, j < NWR): a weight, which no
+// kernel writes, so a kernel loads them before its PDL wait and the norm after it waits on x alone
+template <int NWR>
+struct NormWords {
+  uint4 v[NWR > 0 ? NWR : 1];
+  template <int SPLIT>
+  __device__ __forceinline__ void load(const bf16_t* nw, bool norm, int K, int tid) {
+    const uint4* g4 = reinterpret_cast<const uint4*>(nw);
+#pragma unroll
+    for (int j = 0; j < NWR; ++j) {
+      const int i = tid + j * 32 * SPLIT;
+      if (norm && i < (K >> 3)) v[j] = __ldg(g4 + i);
+    }
+  }
+};
+
 // x [K] into shared memory as the B operand: rms_norm(x) (rms_norm_reference's math and rounding; every CTA sums
 // the same squares in the same order) when NORM, else x as it is (L2-coherent loads: the previous kernel wrote x).
-// Returns the norm's rstd (1 without the norm).
-template <int SPLIT>
+// The norm weight's first NWR words a thread come from pre (NormWords::load), the rest from nw. Returns the norm's
+// rstd (1 without the norm).
+template <int SPLIT, int NWR = 0>
 __device__ __forceinline__ float load_x(uint4* xs, const bf16_t* x, const bf16_t* nw, bool norm, float eps, int K,
-                                        float* red, int tid, int warp, int lane) {
+                                        float* red, int tid, int warp, int lane,
+                                        const NormWords<NWR>& pre = NormWords<NWR>()) {
   const uint4* x4 = reinterpret_cast<const uint4*>(x);
   if (!norm) {
     for (int i = tid; i < (K >> 3); i += 32 * SPLIT) xs[i] = __ldcg(x4 + i);
@@ -111,8 +129,13 @@ __device__ __forceinline__ float load_x(uint4* xs, const bf16_t* x, const bf16_t
     xs[i] = v;
   }
   const float rstd = rsqrtf(block_sum<SPLIT>(ss, red, warp, lane) / (float)K + eps);
+#pragma unroll
+  for (int j = 0; j < NWR; ++j) {
+    const int i = tid + j * 32 * SPLIT;
+    if (i < (K >> 3)) xs[i] = normalise8(xs[i], pre.v[j], rstd);
+  }
   const uint4* g4 = reinterpret_cast<const uint4*>(nw);
-  for (int i = tid; i < (K >> 3); i += 32 * SPLIT) xs[i] = normalise8(xs[i], __ldg(g4 + i), rstd);
+  for (int i = tid + NWR * 32 * SPLIT; i < (K >> 3); i += 32 * SPLIT) xs[i] = normalise8(xs[i], __ldg(g4 + i), rstd);
   return rstd;
 }
 
@@ -236,10 +259,14 @@ __global__ void __launch_bounds__(32 * SPLIT) gemv_mma(
   __shared__ float part[SPLIT][16];
   __shared__ float red[SPLIT];
   const int tile = blockIdx.x, tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+  constexpr int NWR = SPLIT >= 8 ? 1 : 8 / SPLIT;  // all of the norm weight a thread applies at K = 2048
+  const bool norm = NORM && tile * 16 < raw_from;
   TileStream ts;
   ts.begin(low, codes, base, eptr, tile, K, 0, (K >> 4) / SPLIT, true, warp, lane, tid);
+  NormWords<NWR> nwr;
+  nwr.load<SPLIT>(nw, norm, K, tid);
   if (PDL) pdl_wait();
-  load_x<SPLIT>(xs, x, nw, NORM && tile * 16 < raw_from, eps, K, red, tid, warp, lane);
+  load_x<SPLIT, NWR>(xs, x, nw, norm, eps, K, red, tid, warp, lane, nwr);
   ts.first_escape(ecol, edelta);
   __syncthreads();
   float c[4] = {0.f, 0.f, 0.f, 0.f};

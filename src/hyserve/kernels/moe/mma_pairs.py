@@ -100,10 +100,13 @@ __global__ void __launch_bounds__(32 * SPLIT) gate_up_pairs_mma(
     base4 = tile_base4(base, tile, g);
     if (tid < 16) e_beg = __ldg(eptr + tile * 16 + tid), e_end = __ldg(eptr + tile * 16 + tid + 1);
   };
+  constexpr int NWR = SPLIT >= 8 ? 1 : 8 / SPLIT;  // all of the norm weight a thread applies at K = 2048
+  NormWords<NWR> nwr;
+  nwr.load<SPLIT>(nw, true, K, tid);
   if (shared) start(E);
   if (PDL) pdl_wait();
   if (!shared) start(__ldcg(ids + p));  // the routing: the previous kernel's output
-  const float rstd = load_x<SPLIT>(xs, x, nw, true, eps, K, red, tid, warp, lane);
+  const float rstd = load_x<SPLIT, NWR>(xs, x, nw, true, eps, K, red, tid, warp, lane, nwr);
   float wrow = 1.f;
   if (shared) {
     if (sgate) {
