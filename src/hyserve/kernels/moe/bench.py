@@ -352,11 +352,10 @@ def grouped_mma_times(tokens: tuple[int, ...], top_k: int = 8) -> list[dict]:
     """The grouped gate_up (prefill and batched decode) with the plan's routing: the Triton kernel on the bf16
     experts against ``mma_grouped.gate_up_grouped_mma`` over their fragment-ordered 12-bit copy (4 and 8 warps a
     CTA); us a launch (graph-replayed), % of 4.0 TB/s for the touched experts' bf16 and 12-bit bytes, rel err of
-    the mma kernel against the Triton kernel's h. Where the plan routes at a BLOCK_M above MMA_LARGE_BLOCK_M, the
-    same again at that block size (the 1024-token bucket's Triton tiles), as ``--mma-experts`` routes them."""
+    the mma kernel against the Triton kernel's h. Where the plan routes at a BLOCK_M above 64, the same again at
+    64 (the 1024-token bucket's Triton tiles)."""
     from hyserve.kernels.moe.configs import get_plan
     from hyserve.kernels.moe.mma_experts import pack_mma_experts
-    from hyserve.kernels.moe.mma_grouped import MMA_LARGE_BLOCK_M
 
     lay = make_layer()
     E, two_i, H = lay["w_gate_up"].shape
@@ -366,7 +365,7 @@ def grouped_mma_times(tokens: tuple[int, ...], top_k: int = 8) -> list[dict]:
         x = make_x(T, H)
         plan = get_plan(T, E, H, two_i // 2, top_k, x.dtype)
         rows += _grouped_rows(lay, packed, x, top_k, plan)
-        if plan["block_m"] > MMA_LARGE_BLOCK_M:  # what --mma-experts routes such prefills at instead
+        if plan["block_m"] > 64:  # routed at 64 instead (lost: performance.md, 2026-12-06)
             rows += _grouped_rows(lay, packed, x, top_k, get_plan(1024, E, H, two_i // 2, top_k, x.dtype))
     return rows
 

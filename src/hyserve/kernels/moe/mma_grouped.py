@@ -53,12 +53,10 @@ BLOCK_MS = (16, 32, 64, 128)  # the routing's BLOCK_M values the kernel is built
 # ahead) by BLOCK_M where the kernels beat the Triton plans (``tiles=`` overrides: bench, tests). H100, 2026-12-06,
 # 0dbf2b0 (``bench --mma-grouped``), us, Triton / mma.sync 4w / wgmma 4w d1 / 8w d1 / 8w d2: gate_up at 512 tokens
 # (BLOCK_M 32) 384 / 310 / 303 / 307 / 378, at 1024 (64) 397 / 430 / 342 / 328 / 412; down+sum 215 / 194 / 191 / 194
-# / 259, 230 / 275 / 223 / 222 / 300. Not at BLOCK_M 128 (from ~2048 tokens): gate_up 411 against 492 (fb5af49)
+# / 259, 230 / 275 / 223 / 222 / 300. Not at BLOCK_M 128 (from ~2048 tokens): gate_up 411 against 492 (fb5af49);
+# nor those prompts routed at 64 instead (2026-12-06, ef9650e: first token at 2048 / 4096 tokens 17.83 / 30.16 ms
+# against 17.64 / 26.50 with the Triton kernels at 128, 16 layers)
 PLANS = {16: (4, 1, 0), 32: (4, 1, 1), 64: (8, 1, 1)}
-# Prefills whose plan routes at a larger BLOCK_M (from ~1536 tokens) route at this one instead under
-# --mma-experts (None: they keep the Triton kernels over the bf16 experts): an expert's second block of 64 reads
-# its weights mostly from L2, its CTAs being adjacent in the grid
-MMA_LARGE_BLOCK_M: int | None = 64
 UNPLANNED_TILES = (8, 1, 0)  # a direct call at another BLOCK_M (tests, bench)
 Tiles = tuple[int, int, int]
 

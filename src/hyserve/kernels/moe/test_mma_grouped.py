@@ -163,7 +163,8 @@ def test_rejects_unsupported_wgmma_tiles(experts, tiles):
 
 def test_fused_moe_over_the_copies_matches_the_bf16_path(experts):
     """The whole MoE block with ``packed`` = the 12-bit copies against the Triton kernels on the bf16 weights, at
-    token counts routed at BLOCK_M 16, 64 and (2048: the plan's 128, rerouted to MMA_LARGE_BLOCK_M) 64."""
+    token counts routed at BLOCK_M 16 and 64 (the grouped kernels over the copies) and 128 (2048: the Triton kernels
+    on both sides)."""
     from hyserve.kernels.moe.triton_moe import fused_moe_triton
 
     w, shared, sg, packed = experts

@@ -38,12 +38,7 @@ import torch.nn.functional as F
 from hyserve.kernels.activation.reference import silu_and_mul_reference
 from hyserve.kernels.moe.configs import get_plan
 from hyserve.kernels.moe.mma_experts import MmaExperts
-from hyserve.kernels.moe.mma_grouped import (
-    MMA_LARGE_BLOCK_M,
-    down_grouped_mma,
-    gate_up_grouped_mma,
-    grouped_mma_takes,
-)
+from hyserve.kernels.moe.mma_grouped import down_grouped_mma, gate_up_grouped_mma, grouped_mma_takes
 from hyserve.kernels.moe.mma_pairs import (
     down_pairs_mma,
     down_pairs_mma_takes,
@@ -105,8 +100,7 @@ def fused_moe_triton(
     """x [T, H] -> [T, H] in x's dtype. ``packed``: the experts' 12-bit copies: ``--pack-weights``' (``PackedExperts``),
     which the few-token path streams instead where ``configs/packed_pairs.json`` has tiles (bf16, the top-k as ids); or
     ``--mma-experts``' (``MmaExperts``), which the grouped path streams where ``mma_grouped.PLANS`` has its block
-    size (routing at ``MMA_LARGE_BLOCK_M`` where the plan's block is larger), and a one-token step with a given
-    routing through ``mma_pairs``. ``plan`` overrides the tile plan (tests, tuning). With
+    size, and a one-token step with a given routing through ``mma_pairs``. ``plan`` overrides the tile plan (tests, tuning). With
     ``norm_weight`` the block's input is ``rms_norm(x)`` (inside the fused router where the plan takes it);
     with ``residual`` [T, H] (contiguous) the output is added to it in the down kernel and it is returned.
     ``routing`` (topk_ids [T, k] int32, the top-k raw logits [T, k] fp32 before the pre-norm's rstd): taken
@@ -242,9 +236,6 @@ def _grouped(
     where its kernels take the block size."""
     T, E = x.shape[0], gate_weight.shape[0]
     bm = plan["block_m"]
-    large = MMA_LARGE_BLOCK_M
-    if mma is not None and large and bm > large and grouped_mma_takes(mma, large, x.shape[1]):
-        bm = large
     reduce = plan["down_mode"] == "reduce" and T <= MAX_REDUCE_TOKENS
     if not reduce and bm < 16:
         raise ValueError("block_m < 16 (GEMV variants) needs down_mode 'reduce' and T <= 128")
