@@ -264,7 +264,7 @@ __global__ void __launch_bounds__(32 * SPLIT) gemv_mma(
   TileStream ts;
   ts.begin(low, codes, base, eptr, tile, K, 0, (K >> 4) / SPLIT, true, warp, lane, tid);
   NormWords<NWR> nwr;
-  nwr.load<SPLIT>(nw, norm, K, tid);
+  nwr.template load<SPLIT>(nw, norm, K, tid);
   if (PDL) pdl_wait();
   load_x<SPLIT, NWR>(xs, x, nw, norm, eps, K, red, tid, warp, lane, nwr);
   ts.first_escape(ecol, edelta);

@@ -102,7 +102,7 @@ __global__ void __launch_bounds__(32 * SPLIT) gate_up_pairs_mma(
   };
   constexpr int NWR = SPLIT >= 8 ? 1 : 8 / SPLIT;  // all of the norm weight a thread applies at K = 2048
   NormWords<NWR> nwr;
-  nwr.load<SPLIT>(nw, true, K, tid);
+  nwr.template load<SPLIT>(nw, true, K, tid);
   if (shared) start(E);
   if (PDL) pdl_wait();
   if (!shared) start(__ldcg(ids + p));  // the routing: the previous kernel's output
