@@ -252,6 +252,23 @@ __device__ __forceinline__ unsigned int tile_base4(const int* base, int tile, in
   return bg | (bg << 8) | (bg8 << 16) | (bg8 << 24);
 }
 
+// chunks [0, nch) through DEPTH + 1 register buffers: step(ch, cur, nxt) runs chunk ch from cur while chunk ch + DEPTH
+// loads into nxt (chunk ch - 1's); the loop is unrolled over the buffers, so no register moves
+template <int DEPTH, typename Step>
+__device__ __forceinline__ void ring_chunks(int nch, uint4 (&w0)[6], uint4 (&w1)[6], uint4 (&w2)[6], Step& step) {
+#pragma unroll 1
+  for (int ch = 0; ch < nch; ch += DEPTH + 1) {
+    if constexpr (DEPTH == 1) {
+      step(ch, w0, w1);
+      if (ch + 1 < nch) step(ch + 1, w1, w0);
+    } else {
+      step(ch, w0, w2);
+      if (ch + 1 < nch) step(ch + 1, w1, w0);
+      if (ch + 2 < nch) step(ch + 2, w2, w1);
+    }
+  }
+}
+
 // grid (R / 16 / (WARPS RT), MAXB), R the packed rows an expert has (2I for gate_up, H for down); NT = BLOCK_M / 8
 // column groups of 8 rows; block_rows' x and out. mma.sync: warp w streams RT consecutive 16-row tiles over all of
 // K (the next chunk's weights in registers while this one's run), the block's x rows in three padded chunk buffers
@@ -427,17 +444,7 @@ __global__ void __launch_bounds__(32 * WARPS) grouped_wgmma(
     wgmma_chunk<NT, BM>(c, a, (unsigned int)__cvta_generic_to_shared(xb), n16);
     if (gate) gate_chunk<BM, 0, true, GROWS, THREADS>(gs, xb, sgate, ch, cnt, tid);
   };
-#pragma unroll 1
-  for (int ch = 0; ch < nch; ch += DEPTH + 1) {
-    if constexpr (DEPTH == 1) {
-      step(ch, w0, w1);
-      if (ch + 1 < nch) step(ch + 1, w1, w0);
-    } else {
-      step(ch, w0, w2);
-      if (ch + 1 < nch) step(ch + 1, w1, w0);
-      if (ch + 2 < nch) step(ch + 2, w2, w1);
-    }
-  }
+  ring_chunks<DEPTH>(nch, w0, w1, w2, step);
   if (gate) gate_finish<GROWS, THREADS>(wrow, gs, cnt, tid);
   tile_escapes<NT>(c, tile, x, K, src, eptr, ecol, edelta, cnt, g, t);
   __syncthreads();  // wrow

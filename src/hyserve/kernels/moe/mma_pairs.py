@@ -140,17 +140,7 @@ __global__ void __launch_bounds__(32 * SPLIT) gate_up_pairs_mma(
       mma_bf16(c, a[0], a[1], a[2], a[3], x2[w], x2[w + 4]);
     }
   };
-#pragma unroll 1
-  for (int ch = 0; ch < nch; ch += DEPTH + 1) {
-    if constexpr (DEPTH == 1) {
-      step(ch, w0, w1);
-      if (ch + 1 < nch) step(ch + 1, w1, w0);
-    } else {
-      step(ch, w0, w2);
-      if (ch + 1 < nch) step(ch + 1, w1, w0);
-      if (ch + 2 < nch) step(ch + 2, w2, w1);
-    }
-  }
+  ring_chunks<DEPTH>(nch, w0, w1, w2, step);
   if (t == 0) {
     part[warp][g] = c[0];
     part[warp][g + 8] = c[2];
