@@ -72,7 +72,7 @@ __global__ void __launch_bounds__(32 * SPLIT) gate_up_pairs_mma(
     const int* __restrict__ eptr, const int* __restrict__ ecol, const float* __restrict__ edelta, int K, int I, int E,
     int k_top) {
   static_assert(DEPTH == 1 || DEPTH == 2, "one or two chunks ahead");
-  extern __shared__ uint4 xs[];  // [K / 8]: x_n, bf16
+  extern __shared__ uint4 xn_s[];  // [K / 8]: x_n, bf16 (its own name: the sources share a unit)
   __shared__ float part[SPLIT][16];
   __shared__ float red[SPLIT], red2[SPLIT], rows[16];
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
@@ -106,13 +106,13 @@ __global__ void __launch_bounds__(32 * SPLIT) gate_up_pairs_mma(
   if (shared) start(E);
   if (PDL) pdl_wait();
   if (!shared) start(__ldcg(ids + p));  // the routing: the previous kernel's output
-  const float rstd = load_x<SPLIT, NWR>(xs, x, nw, true, eps, K, red, tid, warp, lane, nwr);
+  const float rstd = load_x<SPLIT, NWR>(xn_s, x, nw, true, eps, K, red, tid, warp, lane, nwr);
   float wrow = 1.f;
   if (shared) {
     if (sgate) {
       const uint4* s4 = reinterpret_cast<const uint4*>(sgate);
       float dot = 0.f;
-      for (int i = tid; i < (K >> 3); i += 32 * SPLIT) dot += dot8(xs[i], __ldg(s4 + i));
+      for (int i = tid; i < (K >> 3); i += 32 * SPLIT) dot += dot8(xn_s[i], __ldg(s4 + i));
       wrow = 1.f / (1.f + __expf(-block_sum<SPLIT>(dot, red2, warp, lane)));
     }
   } else {  // softmax of the top-k logits scaled by rstd, each rounded through bf16 like the router's output
@@ -125,8 +125,8 @@ __global__ void __launch_bounds__(32 * SPLIT) gate_up_pairs_mma(
     }
     wrow = bf16_lo(pack_bf16x2(num / den, 0.f));
   }
-  __syncthreads();  // xs normalised
-  const unsigned int* x2 = reinterpret_cast<const unsigned int*>(xs);
+  __syncthreads();  // xn_s normalised
+  const unsigned int* x2 = reinterpret_cast<const unsigned int*>(xn_s);
   float c[4] = {0.f, 0.f, 0.f, 0.f};
   // chunk ch from buffer cur, while chunk ch + DEPTH loads into nxt (chunk ch - 1's)
   auto step = [&](int ch, const uint4 (&cur)[6], uint4 (&nxt)[6]) {
@@ -150,7 +150,7 @@ __global__ void __launch_bounds__(32 * SPLIT) gate_up_pairs_mma(
     float acc = 0.f;
 #pragma unroll
     for (int w = 0; w < SPLIT; ++w) acc += part[w][tid];
-    const bf16_t* xh = reinterpret_cast<const bf16_t*>(xs);
+    const bf16_t* xh = reinterpret_cast<const bf16_t*>(xn_s);
     for (int q = e_beg; q < e_end; ++q) acc += __ldg(edelta + q) * bf16_lo((unsigned int)xh[__ldg(ecol + q)]);
     rows[tid] = acc;
   }
