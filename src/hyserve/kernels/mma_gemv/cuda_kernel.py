@@ -9,9 +9,9 @@ columns the same x; column 0 of C is read): ~2.5 instructions an element in the 
 
 CTA = SPLIT warps; warp w takes steps [w S/SPLIT, (w + 1) S/SPLIT) of its tile in chunks of 8 steps, the next
 chunk's 6 16-byte loads a thread in flight while this one's 8 mma run; the warps' partial sums meet in shared
-memory and are added in warp order (deterministic). Before the PDL wait: the first chunk, the row windows,
-the escape pointers and the norm weight's words (weights; no kernel writes them). After it: x into shared memory, normalised there in a norm
-tile (``rms_norm``'s math and rounding: every CTA reduces the same 2048 squares in the same order), then the
+memory and are added in warp order (deterministic). Before the PDL wait: the first chunk, the row windows, the
+escape pointers and the norm weight's words (weights; no kernel writes them). After it: x into shared memory,
+normalised there in a norm tile (``rms_norm``'s math and rounding: every CTA reduces the same 2048 squares in the same order), then the
 escapes' first entries. The escapes' corrections ``delta * x_n[col]`` are added after the warps' sum.
 """
 
@@ -56,6 +56,37 @@ __device__ __forceinline__ void decode8(unsigned int L0, unsigned int L1, unsign
   a2 = __byte_perm(L1, hb, 0x5140);
   a3 = __byte_perm(L1, hb, 0x7362);
 }
+
+// the four A registers of k16 step i of a chunk (lo: the chunk's 4 low words, cd: its 2 code words)
+__device__ __forceinline__ void decode_step(const uint4 (&lo)[4], const uint4 (&cd)[2], unsigned int base4, int i,
+                                            unsigned int (&a)[4]) {
+  const uint4 v = lo[i >> 1];
+  const uint4 cw = cd[i >> 2];
+  const unsigned int w = (i & 3) == 0 ? cw.x : (i & 3) == 1 ? cw.y : (i & 3) == 2 ? cw.z : cw.w;
+  decode8((i & 1) ? v.z : v.x, (i & 1) ? v.w : v.y, w, base4, a[0], a[1], a[2], a[3]);
+}
+
+// c += a chunk's 8 k16 steps of a 16-row tile times a vector (bf16 pairs x2 from pair xb on; every B column the
+// same, lane t's words xb + 8 i + t and + 4)
+__device__ __forceinline__ void chunk_mma(float (&c)[4], const uint4 (&lo)[4], const uint4 (&cd)[2], unsigned int base4,
+                                          const unsigned int* x2, int xb, int t) {
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+    unsigned int a[4];
+    decode_step(lo, cd, base4, i, a);
+    mma_bf16(c, a[0], a[1], a[2], a[3], x2[xb + i * 8 + t], x2[xb + i * 8 + t + 4]);
+  }
+}
+
+// a tile's rows g and g + 8 windows, one byte each: the decode's base, four bytes at a time
+__device__ __forceinline__ unsigned int tile_base4(const int* base, int tile, int g) {
+  const unsigned int bg = (unsigned int)__ldg(base + tile * 16 + g), bg8 = (unsigned int)__ldg(base + tile * 16 + g + 8);
+  return bg | (bg << 8) | (bg8 << 16) | (bg8 << 24);
+}
+
+// the norm weight's words a thread applies at K = 2048 (NormWords, load_x)
+template <int SPLIT>
+constexpr int NORM_WORDS = SPLIT >= 8 ? 1 : 8 / SPLIT;
 
 __device__ __forceinline__ float sumsq8(uint4 v) {
   float s = 0.f;
@@ -164,8 +195,7 @@ struct TileStream {
     for (int i = 0; i < 4; ++i) lo[i] = __ldg(lp + i * 32);
 #pragma unroll
     for (int i = 0; i < 2; ++i) cd[i] = __ldg(cp + i * 32);
-    const unsigned int bg = (unsigned int)__ldg(base + r0 + g), bg8 = (unsigned int)__ldg(base + r0 + g + 8);
-    base4 = bg | (bg << 8) | (bg8 << 16) | (bg8 << 24);
+    base4 = tile_base4(base, tile, g);
     e_beg = e_end = e_col0 = 0;
     e_d0 = 0.f;
     if (escapes && tid < 16) {
@@ -195,16 +225,7 @@ struct TileStream {
 #pragma unroll
         for (int i = 0; i < 2; ++i) cd_n[i] = __ldg(cp + i * 32);
       }
-      const int xb = (s0 + ch * 8) * 8;  // the chunk's first bf16 pair of x
-#pragma unroll
-      for (int i = 0; i < 8; ++i) {
-        const uint4 v = lo[i >> 1];
-        const uint4 cw = cd[i >> 2];
-        const unsigned int w = (i & 3) == 0 ? cw.x : (i & 3) == 1 ? cw.y : (i & 3) == 2 ? cw.z : cw.w;
-        unsigned int a0, a1, a2, a3;
-        decode8((i & 1) ? v.z : v.x, (i & 1) ? v.w : v.y, w, base4, a0, a1, a2, a3);
-        mma_bf16(c, a0, a1, a2, a3, x2[xb + i * 8 + t], x2[xb + i * 8 + t + 4]);
-      }
+      chunk_mma(c, lo, cd, base4, x2, (s0 + ch * 8) * 8, t);
 #pragma unroll
       for (int i = 0; i < 4; ++i) lo[i] = lo_n[i];
 #pragma unroll
@@ -259,7 +280,7 @@ __global__ void __launch_bounds__(32 * SPLIT) gemv_mma(
   __shared__ float part[SPLIT][16];
   __shared__ float red[SPLIT];
   const int tile = blockIdx.x, tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
-  constexpr int NWR = SPLIT >= 8 ? 1 : 8 / SPLIT;  // all of the norm weight a thread applies at K = 2048
+  constexpr int NWR = NORM_WORDS<SPLIT>;
   const bool norm = NORM && tile * 16 < raw_from;
   TileStream ts;
   ts.begin(low, codes, base, eptr, tile, K, 0, (K >> 4) / SPLIT, true, warp, lane, tid);

@@ -238,20 +238,6 @@ __device__ __forceinline__ void tile_store(const float (&c)[NT][4], int tin, bf1
   }
 }
 
-// the four A registers of k16 step i of a chunk (lo: the chunk's 4 low words, cd: its 2 code words)
-__device__ __forceinline__ void decode_step(const uint4 (&lo)[4], const uint4 (&cd)[2], unsigned int base4, int i,
-                                            unsigned int (&a)[4]) {
-  const uint4 v = lo[i >> 1];
-  const uint4 cw = cd[i >> 2];
-  const unsigned int w = (i & 3) == 0 ? cw.x : (i & 3) == 1 ? cw.y : (i & 3) == 2 ? cw.z : cw.w;
-  decode8((i & 1) ? v.z : v.x, (i & 1) ? v.w : v.y, w, base4, a[0], a[1], a[2], a[3]);
-}
-
-__device__ __forceinline__ unsigned int tile_base4(const int* base, int tile, int g) {
-  const unsigned int bg = (unsigned int)__ldg(base + tile * 16 + g), bg8 = (unsigned int)__ldg(base + tile * 16 + g + 8);
-  return bg | (bg << 8) | (bg8 << 16) | (bg8 << 24);
-}
-
 // chunks [0, nch) through DEPTH + 1 register buffers: step(ch, cur, nxt) runs chunk ch from cur while chunk ch + DEPTH
 // loads into nxt (chunk ch - 1's); the loop is unrolled over the buffers, so no register moves
 template <int DEPTH, typename Step>

@@ -100,7 +100,7 @@ __global__ void __launch_bounds__(32 * SPLIT) gate_up_pairs_mma(
     base4 = tile_base4(base, tile, g);
     if (tid < 16) e_beg = __ldg(eptr + tile * 16 + tid), e_end = __ldg(eptr + tile * 16 + tid + 1);
   };
-  constexpr int NWR = SPLIT >= 8 ? 1 : 8 / SPLIT;  // all of the norm weight a thread applies at K = 2048
+  constexpr int NWR = NORM_WORDS<SPLIT>;
   NormWords<NWR> nwr;
   nwr.template load<SPLIT>(nw, true, K, tid);
   if (shared) start(E);
@@ -132,13 +132,7 @@ __global__ void __launch_bounds__(32 * SPLIT) gate_up_pairs_mma(
   auto step = [&](int ch, const uint4 (&cur)[6], uint4 (&nxt)[6]) {
     fetch(nxt, ch + DEPTH);
     const uint4 lo[4] = {cur[0], cur[1], cur[2], cur[3]}, cd[2] = {cur[4], cur[5]};
-#pragma unroll
-    for (int i = 0; i < 8; ++i) {
-      unsigned int a[4];
-      decode_step(lo, cd, base4, i, a);
-      const int w = (s0 + ch * 8 + i) * 8 + t;
-      mma_bf16(c, a[0], a[1], a[2], a[3], x2[w], x2[w + 4]);
-    }
+    chunk_mma(c, lo, cd, base4, x2, (s0 + ch * 8) * 8, t);
   };
   ring_chunks<DEPTH>(nch, w0, w1, w2, step);
   if (t == 0) {
@@ -205,15 +199,7 @@ __global__ void __launch_bounds__(32 * SLOTS * KSPLIT) down_pairs_mma(
   const unsigned int* h2 = reinterpret_cast<const unsigned int*>(hs[j]);  // slot j's h as bf16 pairs
   float c[4] = {0.f, 0.f, 0.f, 0.f};
 #pragma unroll
-  for (int ch = 0; ch < NCH; ++ch) {
-#pragma unroll
-    for (int i = 0; i < 8; ++i) {
-      unsigned int a[4];
-      decode_step(lo[ch], cd[ch], base4, i, a);
-      const int w0 = (s0 + ch * 8 + i) * 8 + t;
-      mma_bf16(c, a[0], a[1], a[2], a[3], h2[w0], h2[w0 + 4]);
-    }
-  }
+  for (int ch = 0; ch < NCH; ++ch) chunk_mma(c, lo[ch], cd[ch], base4, h2, (s0 + ch * 8) * 8, t);
   if (t == 0) {
     part[warp][g] = c[0];
     part[warp][g + 8] = c[2];

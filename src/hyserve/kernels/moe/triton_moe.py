@@ -102,7 +102,8 @@ def fused_moe_triton(
     ``--mma-experts``' (``MmaExperts``), which the grouped path streams where ``mma_grouped.PLANS`` has its block
     size, and a one-token step with a given routing through ``mma_pairs``. ``plan`` overrides the tile plan
     (tests, tuning). With ``norm_weight`` the block's input is ``rms_norm(x)`` (inside the fused router where the
-    plan takes it); with ``residual`` [T, H] (contiguous) the output is added to it in the down kernel and it is returned.
+    plan takes it); with ``residual`` [T, H] (contiguous) the output is added to it in the down kernel and it is
+    returned.
     ``routing`` (topk_ids [T, k] int32, the top-k raw logits [T, k] fp32 before the pre-norm's rstd): taken
     already (``kernels/routed_projection``), so no router runs; the gate_up kernel applies the pre-norm to x
     itself and takes the weights' softmax (``gate_up_pairs``'s norm_weight); the plan must take the pairs
