@@ -170,6 +170,34 @@ __device__ __forceinline__ float load_x(uint4* xs, const bf16_t* x, const bf16_t
   return rstd;
 }
 
+// One row's escapes (entries [beg, end) of the CSR lists): the range and the first entry load early (weights: no
+// kernel writes them), so that only rows with several wait on a load at the end
+struct RowEscapes {
+  int beg = 0, end = 0, col0 = 0;
+  float d0 = 0.f;
+
+  __device__ __forceinline__ void range(const int* eptr, int row) {
+    beg = __ldg(eptr + row);
+    end = __ldg(eptr + row + 1);
+  }
+
+  __device__ __forceinline__ void first(const int* ecol, const float* edelta) {
+    if (beg < end) {
+      col0 = __ldg(ecol + beg);
+      d0 = __ldg(edelta + beg);
+    }
+  }
+
+  // acc + delta * x[col] over the row's escapes, added one at a time in list order; x: the B operand, bf16
+  __device__ __forceinline__ float add(float acc, const bf16_t* x, const int* ecol, const float* edelta) const {
+    if (beg < end) {
+      acc += d0 * bf16_lo((unsigned int)x[col0]);
+      for (int e = beg + 1; e < end; ++e) acc += __ldg(edelta + e) * bf16_lo((unsigned int)x[__ldg(ecol + e)]);
+    }
+    return acc;
+  }
+};
+
 // One warp's share of a 16-row tile: its chunks of 8 k16 steps (4 low-byte words of 2 steps, 2 code words of 4
 // steps a thread), the rows' windows, and for threads 0-15 their row's escapes
 struct TileStream {
@@ -177,8 +205,8 @@ struct TileStream {
   const uint4* cp;
   uint4 lo[4], cd[2];
   unsigned int base4;
-  int s0, nch, e_beg, e_end, e_col0;
-  float e_d0;
+  int s0, nch;
+  RowEscapes esc;
 
   // the first chunk, the windows and the escape ranges: weights only, so before the PDL wait. The warp takes
   // steps [first + warp * per_warp, + per_warp) of the tile's K / 16; escapes: whether this CTA adds the rows'
@@ -196,20 +224,7 @@ struct TileStream {
 #pragma unroll
     for (int i = 0; i < 2; ++i) cd[i] = __ldg(cp + i * 32);
     base4 = tile_base4(base, tile, g);
-    e_beg = e_end = e_col0 = 0;
-    e_d0 = 0.f;
-    if (escapes && tid < 16) {
-      e_beg = __ldg(eptr + r0 + tid);
-      e_end = __ldg(eptr + r0 + tid + 1);
-    }
-  }
-
-  // each row's first escape, so that only rows with several wait on a load at the end
-  __device__ __forceinline__ void first_escape(const int* ecol, const float* edelta) {
-    if (e_beg < e_end) {
-      e_col0 = __ldg(ecol + e_beg);
-      e_d0 = __ldg(edelta + e_beg);
-    }
+    if (escapes && tid < 16) esc.range(eptr, r0 + tid);
   }
 
   // c += the tile's rows times x2 (bf16 pairs in shared memory) over the warp's steps, a chunk in flight
@@ -246,11 +261,7 @@ struct TileStream {
     if (tid < 16) {
 #pragma unroll
       for (int w = 0; w < SPLIT; ++w) acc += part[w][tid];
-      if (e_beg < e_end) {
-        acc += e_d0 * __uint_as_float((unsigned int)xh[e_col0] << 16);
-        for (int e = e_beg + 1; e < e_end; ++e)
-          acc += __ldg(edelta + e) * __uint_as_float((unsigned int)xh[__ldg(ecol + e)] << 16);
-      }
+      acc = esc.add(acc, xh, ecol, edelta);
     }
     return acc;
   }
@@ -288,7 +299,7 @@ __global__ void __launch_bounds__(32 * SPLIT) gemv_mma(
   nwr.template load<SPLIT>(nw, norm, K, tid);
   if (PDL) pdl_wait();
   load_x<SPLIT, NWR>(xs, x, nw, norm, eps, K, red, tid, warp, lane, nwr);
-  ts.first_escape(ecol, edelta);
+  ts.esc.first(ecol, edelta);
   __syncthreads();
   float c[4] = {0.f, 0.f, 0.f, 0.f};
   ts.run(c, reinterpret_cast<const unsigned int*>(xs), lane & 3);

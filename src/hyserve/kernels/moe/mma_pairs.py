@@ -89,7 +89,8 @@ __global__ void __launch_bounds__(32 * SPLIT) gate_up_pairs_mma(
     }
   };
   unsigned int base4;
-  int e_beg = 0, e_end = 0, tile;
+  int tile;
+  RowEscapes esc;
   // expert e's tile: its first chunks requested, its rows' windows and (threads < 16) escape ranges
   auto start = [&](int e) {
     tile = e * ((2 * I) >> 4) + blockIdx.x;
@@ -98,7 +99,7 @@ __global__ void __launch_bounds__(32 * SPLIT) gate_up_pairs_mma(
     fetch(w0, 0);
     if (DEPTH == 2) fetch(w1, 1);
     base4 = tile_base4(base, tile, g);
-    if (tid < 16) e_beg = __ldg(eptr + tile * 16 + tid), e_end = __ldg(eptr + tile * 16 + tid + 1);
+    if (tid < 16) esc.range(eptr, tile * 16 + tid);
   };
   constexpr int NWR = NORM_WORDS<SPLIT>;
   NormWords<NWR> nwr;
@@ -144,9 +145,8 @@ __global__ void __launch_bounds__(32 * SPLIT) gate_up_pairs_mma(
     float acc = 0.f;
 #pragma unroll
     for (int w = 0; w < SPLIT; ++w) acc += part[w][tid];
-    const bf16_t* xh = reinterpret_cast<const bf16_t*>(xn_s);
-    for (int q = e_beg; q < e_end; ++q) acc += __ldg(edelta + q) * bf16_lo((unsigned int)xh[__ldg(ecol + q)]);
-    rows[tid] = acc;
+    esc.first(ecol, edelta);
+    rows[tid] = esc.add(acc, reinterpret_cast<const bf16_t*>(xn_s), ecol, edelta);
   }
   __syncthreads();
   if (tid < 8) {  // row tid of the tile is gate i, row tid + 8 up i, i = 8 blockIdx.x + tid
@@ -180,12 +180,10 @@ __global__ void __launch_bounds__(32 * SLOTS * KSPLIT) down_pairs_mma(
     for (int i = 0; i < 2; ++i) cd[ch][i] = __ldg(cp + ch * 64 + i * 32);
   }
   const unsigned int base4 = tile_base4(base, ptile, g);
-  int e_beg = 0, e_end = 0, e_col0 = 0;
-  float e_d0 = 0.f;
+  RowEscapes esc;
   if (ks == 0 && lane < 16) {  // lane r: the escapes of the slot's row r
-    e_beg = __ldg(eptr + ptile * 16 + lane);
-    e_end = __ldg(eptr + ptile * 16 + lane + 1);
-    if (e_beg < e_end) e_col0 = __ldg(ecol + e_beg), e_d0 = __ldg(edelta + e_beg);
+    esc.range(eptr, ptile * 16 + lane);
+    esc.first(ecol, edelta);
   }
   if (PDL) pdl_wait();
   const int N = T * (SLOTS - 1);
@@ -205,12 +203,8 @@ __global__ void __launch_bounds__(32 * SLOTS * KSPLIT) down_pairs_mma(
     part[warp][g + 8] = c[2];
   }
   __syncwarp();
-  if (e_beg < e_end) {
-    const bf16_t* hr = reinterpret_cast<const bf16_t*>(hs[j]);
-    float d = e_d0 * bf16_lo((unsigned int)hr[e_col0]);
-    for (int q = e_beg + 1; q < e_end; ++q) d += __ldg(edelta + q) * bf16_lo((unsigned int)hr[__ldg(ecol + q)]);
-    part[warp][lane] += d;
-  }
+  // -0 + d = d for every d: the corrections' sum alone, then added to the warp's part
+  if (esc.beg < esc.end) part[warp][lane] += esc.add(-0.f, reinterpret_cast<const bf16_t*>(hs[j]), ecol, edelta);
   __syncthreads();
   if (tid < 16) {
     float acc = 0.f;

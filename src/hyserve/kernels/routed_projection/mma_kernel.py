@@ -47,7 +47,7 @@ __global__ void __launch_bounds__(32 * SPLIT) project_route_mma(
   ts.begin(low, codes, base, eptr, tile, K, ks * per_cta, per_cta / SPLIT, ks == 0, warp, lane, tid);
   if (PDL) pdl_wait();
   load_x<SPLIT>(xs, a, nullptr, false, 0.f, K, nullptr, tid, warp, lane);
-  ts.first_escape(ecol, edelta);
+  ts.esc.first(ecol, edelta);
   __syncthreads();
   float c[4] = {0.f, 0.f, 0.f, 0.f};
   ts.run(c, reinterpret_cast<const unsigned int*>(xs), lane & 3);
