@@ -101,26 +101,38 @@ __global__ void __launch_bounds__(32 * SPLIT) gate_up_pairs_mma(
     base4 = tile_base4(base, tile, g);
     if (tid < 16) esc.range(eptr, tile * 16 + tid);
   };
+  // the norm weight's and (shared expert) the shared gate's words a thread applies, all at K = 2048: weights, so
+  // before the wait
   constexpr int NWR = NORM_WORDS<SPLIT>;
-  NormWords<NWR> nwr;
+  NormWords<NWR> nwr, sgw;
   nwr.template load<SPLIT>(nw, true, K, tid);
+  sgw.template load<SPLIT>(sgate, shared && sgate, K, tid);
   if (shared) start(E);
   if (PDL) pdl_wait();
-  if (!shared) start(__ldcg(ids + p));  // the routing: the previous kernel's output
+  // the routing, the previous kernel's output: lane q's raw logit q (one load a lane, beside the id's), the id
+  const float rawv = !shared && lane < k_top ? __ldcg(raw + lane) : 0.f;
+  if (!shared) start(__ldcg(ids + p));
   const float rstd = load_x<SPLIT, NWR>(xn_s, x, nw, true, eps, K, red, tid, warp, lane, nwr);
   float wrow = 1.f;
   if (shared) {
     if (sgate) {
       const uint4* s4 = reinterpret_cast<const uint4*>(sgate);
       float dot = 0.f;
-      for (int i = tid; i < (K >> 3); i += 32 * SPLIT) dot += dot8(xn_s[i], __ldg(s4 + i));
+#pragma unroll
+      for (int j = 0; j < NWR; ++j) {
+        const int i = tid + j * 32 * SPLIT;
+        if (i < (K >> 3)) dot += dot8(xn_s[i], sgw.v[j]);
+      }
+      for (int i = tid + NWR * 32 * SPLIT; i < (K >> 3); i += 32 * SPLIT) dot += dot8(xn_s[i], __ldg(s4 + i));
       wrow = 1.f / (1.f + __expf(-block_sum<SPLIT>(dot, red2, warp, lane)));
     }
-  } else {  // softmax of the top-k logits scaled by rstd, each rounded through bf16 like the router's output
+  } else {  // softmax of the top-k logits scaled by rstd, each rounded through bf16 like the router's output; the
+            // logits pass between lanes in order q = 0, 1, ... (the sums' order of the reference loop)
+    const float zl = bf16_lo(pack_bf16x2(rawv * rstd, 0.f));
     float mx = __int_as_float(0xff800000), num = 0.f, den = 0.f;
-    for (int q = 0; q < k_top; ++q) mx = fmaxf(mx, bf16_lo(pack_bf16x2(__ldcg(raw + q) * rstd, 0.f)));
+    for (int q = 0; q < k_top; ++q) mx = fmaxf(mx, __shfl_sync(0xFFFFFFFFu, zl, q));
     for (int q = 0; q < k_top; ++q) {
-      const float z = __expf(bf16_lo(pack_bf16x2(__ldcg(raw + q) * rstd, 0.f)) - mx);
+      const float z = __expf(__shfl_sync(0xFFFFFFFFu, zl, q) - mx);
       den += z;
       if (q == p) num = z;
     }
@@ -282,9 +294,9 @@ def gate_up_pairs_mma(
         f"gate_up_pairs_mma takes one contiguous bf16 CUDA token [1, {H}], got {x.dtype} {tuple(x.shape)}",
     )
     require(
-        topk_ids.shape == (1, k) and topk_ids.dtype == torch.int32 and topk_ids.is_contiguous()
+        k <= 32 and topk_ids.shape == (1, k) and topk_ids.dtype == torch.int32 and topk_ids.is_contiguous()
         and raw_logits.shape == (1, k) and raw_logits.dtype == torch.float32 and raw_logits.is_contiguous(),
-        "gate_up_pairs_mma takes contiguous int32 topk_ids and fp32 raw logits [1, k]",
+        "gate_up_pairs_mma takes contiguous int32 topk_ids and fp32 raw logits [1, k], k <= 32",
     )  # fmt: skip
     require(
         norm_weight.shape == (H,) and norm_weight.dtype == torch.bfloat16 and norm_weight.is_contiguous(),
