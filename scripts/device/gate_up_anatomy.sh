@@ -7,7 +7,8 @@
 #   nomma  the chunks' words XORed into the accumulator instead of decoded and multiplied (loads only)
 #   bare   all three: the launch's pure weight stream
 #   escfirst  (a candidate, the same bits) each row's first escape loaded after the norm instead of after the ring
-# then ncu's warp-stall samples per SASS instruction of the kernel on src (the top lines). Carry .whl. ~4 min.
+# then (unless NCU=0) ncu's warp-stall samples per SASS instruction of the kernel on src (the top lines). Carry .whl.
+# ~4 min (NCU=0: ~2).
 set -u
 source "$(dirname "$0")/common.sh"
 F=hyserve/kernels/moe/mma_pairs.py
@@ -32,6 +33,7 @@ for tree in src .v/escfirst/src .v/noids/src .v/nonorm/src .v/nomma/src .v/bare/
   echo "== $tree"
   PYTHONPATH=/tmp/site:$tree timeout 120 python3 -c "$B" 2>&1 | grep -E "^gate_up (mma|triton)" | grep -v "triton *down"
 done
+[ "${NCU:-1}" = 0 ] && { rm -rf .v; exit 0; }
 echo "== ncu (src)"
 timeout 150 ncu --clock-control none -k regex:gate_up_pairs_mma -c 1 --section WarpStateStats --section SourceCounters \
   -f -o $W/gu python3 scripts/device/ncu_pairs.py > $W/ncu_run.log 2>&1; echo "ncu rc=$?"; tail -n 3 $W/ncu_run.log
