@@ -8,7 +8,7 @@
 #   bare   all three: the launch's pure weight stream
 #   escfirst  (a candidate, the same bits) each row's first escape loaded after the norm instead of after the ring
 # then (unless NCU=0) ncu's warp-stall samples per SASS instruction of the kernel on src (the top lines). Carry .whl.
-# ~4 min (NCU=0: ~2).
+# ~4 min (NCU=0: ~2). TREES: the trees timed (default: src, the five copies, src again).
 set -u
 source "$(dirname "$0")/common.sh"
 F=hyserve/kernels/moe/mma_pairs.py
@@ -29,7 +29,7 @@ variant bare "${NOIDS[@]}" "${NONORM[@]}" "${NOMMA[@]}"
 variant escfirst '/gate_up_pairs_mma(/,/^}/{/^    esc.first(ecol, edelta);$/d}' \
   's/^\(  const float rstd = load_x<SPLIT, NWR>(xn_s, x, nw, true, .*\)$/\1\n  esc.first(ecol, edelta);/'
 B='import hyserve.kernels.moe.bench as b; b.MMA_PAIRS_TILES = ((2, 2), (2, 1), (4, 2)); b.mma_pairs_times()'
-for tree in src .v/escfirst/src .v/noids/src .v/nonorm/src .v/nomma/src .v/bare/src src; do
+for tree in ${TREES:-src .v/escfirst/src .v/noids/src .v/nonorm/src .v/nomma/src .v/bare/src src}; do
   echo "== $tree"
   PYTHONPATH=/tmp/site:$tree timeout 120 python3 -c "$B" 2>&1 | grep -E "^gate_up (mma|triton)" | grep -v "triton *down"
 done
