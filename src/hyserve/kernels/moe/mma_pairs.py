@@ -113,6 +113,7 @@ __global__ void __launch_bounds__(32 * SPLIT) gate_up_pairs_mma(
   const float rawv = !shared && lane < k_top ? __ldcg(raw + lane) : 0.f;
   if (!shared) start(__ldcg(ids + p));
   const float rstd = load_x<SPLIT, NWR>(xn_s, x, nw, true, eps, K, red, tid, warp, lane, nwr);
+  esc.first(ecol, edelta);  // threads < 16: their row's first escape, in flight through the ring (it waited on the ring's end)
   float wrow = 1.f;
   if (shared) {
     if (sgate) {
@@ -157,7 +158,6 @@ __global__ void __launch_bounds__(32 * SPLIT) gate_up_pairs_mma(
     float acc = 0.f;
 #pragma unroll
     for (int w = 0; w < SPLIT; ++w) acc += part[w][tid];
-    esc.first(ecol, edelta);
     rows[tid] = esc.add(acc, reinterpret_cast<const bf16_t*>(xn_s), ecol, edelta);
   }
   __syncthreads();
