@@ -6,7 +6,7 @@
 #   nonorm x copied without the RMS norm (no block reduction before the first mma)
 #   nomma  the chunks' words XORed into the accumulator instead of decoded and multiplied (loads only)
 #   bare   all three: the launch's pure weight stream
-#   escfirst  (a candidate, the same bits) each row's first escape loaded after the norm instead of after the ring
+#   esclast  (the same bits) each row's first escape loaded after the ring, as before 734a43d (src: after the norm)
 # then (unless NCU=0) ncu's warp-stall samples per SASS instruction of the kernel on src (the top lines). Carry .whl.
 # ~4 min (NCU=0: ~2). TREES: the trees timed (default: src, the five copies, src again).
 set -u
@@ -26,10 +26,10 @@ variant noids "${NOIDS[@]}"
 variant nonorm "${NONORM[@]}"
 variant nomma "${NOMMA[@]}"
 variant bare "${NOIDS[@]}" "${NONORM[@]}" "${NOMMA[@]}"
-variant escfirst '/gate_up_pairs_mma(/,/^}/{/^    esc.first(ecol, edelta);$/d}' \
-  's/^\(  const float rstd = load_x<SPLIT, NWR>(xn_s, x, nw, true, .*\)$/\1\n  esc.first(ecol, edelta);/'
+variant esclast '/^  esc.first(ecol, edelta);  \/\/ threads < 16/d' \
+  's/^\(    for (int w = 0; w < SPLIT; ++w) acc += part\[w\]\[tid\];\)$/\1\n    esc.first(ecol, edelta);/'
 B='import hyserve.kernels.moe.bench as b; b.MMA_PAIRS_TILES = ((2, 2), (2, 1), (4, 2)); b.mma_pairs_times()'
-for tree in ${TREES:-src .v/escfirst/src .v/noids/src .v/nonorm/src .v/nomma/src .v/bare/src src}; do
+for tree in ${TREES:-src .v/esclast/src .v/noids/src .v/nonorm/src .v/nomma/src .v/bare/src src}; do
   echo "== $tree"
   PYTHONPATH=/tmp/site:$tree timeout 120 python3 -c "$B" 2>&1 | grep -E "^gate_up (mma|triton)" | grep -v "triton *down"
 done
