@@ -113,7 +113,7 @@ __global__ void __launch_bounds__(32 * SPLIT) gate_up_pairs_mma(
   const float rawv = !shared && lane < k_top ? __ldcg(raw + lane) : 0.f;
   if (!shared) start(__ldcg(ids + p));
   const float rstd = load_x<SPLIT, NWR>(xn_s, x, nw, true, eps, K, red, tid, warp, lane, nwr);
-  esc.first(ecol, edelta);  // threads < 16: their row's first escape, in flight through the ring (it waited on the ring's end)
+  esc.first(ecol, edelta);  // threads < 16: their row's first escape, landing during the ring instead of after it
   float wrow = 1.f;
   if (shared) {
     if (sgate) {
@@ -287,7 +287,7 @@ def gate_up_pairs_mma(
 ) -> torch.Tensor:
     """See ``gate_up_pairs_mma_reference``: x [1, H] bf16 CUDA -> h [k + 1, I] bf16 (into ``out``). ``tiles``:
     (SPLIT, DEPTH), else GATE_UP_TILES."""
-    split, depth = tiles or GATE_UP_TILES or (4, 2)
+    split, depth = tiles or GATE_UP_TILES or (2, 2)
     H, k = packed.gate_up.shape[1], topk_ids.shape[1]
     require(
         x.dtype == torch.bfloat16 and x.is_cuda and x.is_contiguous() and x.shape == (1, H),
