@@ -58,9 +58,10 @@ class EngineArgs:
     # on CUDA with graphs and the routed projections, a one-token step's in-projections stream lossless 12-bit
     # copies through the tensor-core GEMV (+1.5 GB for Qwen3.6-35B-A3B; layers/mma_projections.py)
     mma_projections: bool = True
-    # on CUDA, the grouped expert kernels of prefills up to ~1024 tokens and of batched decode stream 12-bit
-    # tensor-core copies of the experts' gate_up and down (+48 GB for Qwen3.6-35B-A3B; layers/mma_projections.py).
-    # Off: the memory, and not yet timed on the H200.
+    # on CUDA, the expert kernels of prefills up to ~1024 tokens, of batched decode and of one-token steps stream
+    # 12-bit tensor-core copies of the experts' gate_up and down (+48.8 GB for Qwen3.6-35B-A3B;
+    # layers/mma_projections.py): on the H200 single-stream decode 511 -> 584 tok/s (docs/performance.md). Off by
+    # default: at gpu_memory_utilization 0.9 the copies leave the H200 too little KV cache for 64 sequences.
     mma_experts: bool = False
     # on CUDA with graphs, few-token steps stream lossless 12-bit copies of the in-projections' and the experts'
     # bf16 weights (0.75 of the bytes, ~50 GB more memory; layers/packed_weights.py). Off until timed.

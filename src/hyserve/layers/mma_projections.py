@@ -44,8 +44,8 @@ def prepare_mma_projections(model: nn.Module) -> int:
 def prepare_mma_experts(model: nn.Module) -> int:
     """``--mma-experts``: the gate_up and the down weights of every routed MoE block (routed experts and the shared
     expert) as fragment-ordered 12-bit copies, which the grouped expert kernels of prefills and batched decode
-    stream (``moe/mma_grouped.py``; one-token steps keep the bf16 weights); returns the copies' bytes
-    (~48 GB for Qwen3.6-35B-A3B)."""
+    (``moe/mma_grouped.py``) and the one-token gate_up and down (``moe/mma_pairs.py``) stream; returns the copies'
+    bytes (~48.8 GB for Qwen3.6-35B-A3B)."""
     total = 0
     for layer in model.model.layers:
         moe = getattr(layer, "mlp", None)
