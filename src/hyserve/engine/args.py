@@ -66,7 +66,8 @@ def add_engine_arguments(parser: argparse.ArgumentParser, model_required: bool =
         help="keep lossless 12-bit copies of the experts' gate_up and down weights, which the expert kernels of "
         "prefills, batched decode and one-token steps stream instead through tensor-core kernels (~48 GB more GPU "
         "memory for Qwen3.6-35B-A3B: run it at --gpu-memory-utilization 0.95 on the H200, where it takes single-stream "
-        "decode from ~511 to ~584 tok/s; layers/mma_projections.py, kernels/moe/mma_grouped.py, kernels/moe/mma_pairs.py)",
+        "decode from ~511 to ~584 tok/s; layers/mma_projections.py, kernels/moe/mma_grouped.py, "
+        "kernels/moe/mma_pairs.py)",
     )
     g.add_argument(
         "--pack-weights",
