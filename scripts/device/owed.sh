@@ -3,8 +3,9 @@
 #   H200 (>= 100 GB; the HTTP table and verify with --mma-experts were taken at ff60887): the whole start-up line and
 #     a second decode sample with --mma-experts; the first token without HTTP at 512 / 1024 tokens, bf16 experts
 #     against their 12-bit copies (at 1024 the copies' TTFT was ~1 ms worse through HTTP: where should the grouped
-#     12-bit kernels stop on this card?); the 12-bit gate_up's anatomy (src against esclast, the dependencies taken
-#     out one at a time), ~8 min;
+#     12-bit kernels stop on this card?); the batch-1 step by op with the copies (ab_decode.sh's profile, whose
+#     log $OUT/mma.log has the per-op table); the 12-bit gate_up's anatomy (src against esclast, the dependencies taken
+#     out one at a time), ~9 min;
 #   H100: the 12-bit gate_up's GPU tests (passed on the H200 at ff60887), then gate_up_anatomy.sh, ~5 min.
 set -u
 source "$(dirname "$0")/common.sh"
@@ -15,6 +16,7 @@ if [ "$mem" -gt 100000 ]; then
     --gpu-memory-utilization 0.95 --mma-experts 2>&1 | grep -v "^hyserve:" | tail -n 12
   SIDES="bf16:src mma:src:--mma-experts" ROUNDS=1 REPS=5 TOP=6 KVGB=4 LENS=512,1024 \
     bash "$(dirname "$0")/ab_prefill.sh" 2>&1 | tail -n 40
+  TESTS=none KVGB=4 SEQS=8 SIDES="mma:src:--mma-experts" TOP=14 bash "$(dirname "$0")/ab_decode.sh" 2>&1 | tail -n 5
   NCU=0 TREES="src .v/esclast/src .v/noids/src .v/nonorm/src .v/nomma/src .v/bare/src" \
     bash "$(dirname "$0")/gate_up_anatomy.sh" 2>&1 | tail -n 30
   exit
