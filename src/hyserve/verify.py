@@ -87,6 +87,10 @@ def build_reference(engine: LLMEngine) -> nn.Module:
     with torch.device("meta"):
         ref = cls(hf_config)
     ours = checkpoint_views(engine.model)
+    if engine.args.mma_experts_only:  # the released experts, unpacked from their copies into new bf16 tensors
+        from hyserve.layers.mma_projections import released_expert_weights
+
+        ours.update(released_expert_weights(engine.model))
     for name, param in list(ref.named_parameters()):
         tensor = ours[name]
         if tuple(tensor.shape) != tuple(param.shape):
@@ -281,6 +285,14 @@ def compare(
 
 def run_verify(ns: argparse.Namespace) -> int:
     args = engine_args_from(ns)
+    paths = [p.strip() for p in ns.paths.split(",") if p.strip()]
+    for path in paths:
+        if path not in ("fast", "reference"):
+            raise ValueError(f"--paths takes fast and/or reference, got {path!r}")
+        if path == "reference" and args.mma_experts_only:
+            raise ValueError(
+                "--paths reference needs the experts' bf16 weights, which --mma-experts-only releases"
+            )
     engine = LLMEngine(args)
     if ns.prompt_lens:
         lens = [int(x) for x in ns.prompt_lens.split(",")]
@@ -291,9 +303,7 @@ def run_verify(ns: argparse.Namespace) -> int:
     prompts = [torch.randint(0, high, (n,), generator=gen).tolist() for n in lens]
     ref = build_reference(engine)
     reports = []
-    for path in [p.strip() for p in ns.paths.split(",") if p.strip()]:
-        if path not in ("fast", "reference"):
-            raise ValueError(f"--paths takes fast and/or reference, got {path!r}")
+    for path in paths:
         report = compare(engine, ref, prompts, ns.greedy_tokens, path)
         reports.append(report)
         print(_format(report), flush=True)

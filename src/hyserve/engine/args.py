@@ -70,6 +70,13 @@ def add_engine_arguments(parser: argparse.ArgumentParser, model_required: bool =
         "kernels/moe/mma_pairs.py)",
     )
     g.add_argument(
+        "--mma-experts-only",
+        action="store_true",
+        help="--mma-experts, and release the experts' bf16 weights once their copies exist: the model takes ~54 GB "
+        "instead of ~119 GB for Qwen3.6-35B-A3B, and every expert kernel streams the copies (CUDA only; the reference "
+        "path cannot run those blocks). New: not yet run on a GPU (scripts/device/experts_only.sh)",
+    )
+    g.add_argument(
         "--pack-weights",
         action="store_true",
         help="also keep the bf16 weights that few-token decode steps stream (the in-projections' GEMVs, the "
@@ -88,7 +95,7 @@ def add_engine_arguments(parser: argparse.ArgumentParser, model_required: bool =
 def engine_args_from(ns: argparse.Namespace) -> EngineArgs:
     if not 0.0 < ns.gpu_memory_utilization <= 1.0:
         raise ValueError(f"--gpu-memory-utilization must be in (0, 1], got {ns.gpu_memory_utilization}")
-    if ns.mma_experts and ns.pack_weights:
+    if (ns.mma_experts or ns.mma_experts_only) and ns.pack_weights:
         raise ValueError(
             "--mma-experts and --pack-weights each keep their own 12-bit copy of the experts; choose one of them"
         )
@@ -113,6 +120,7 @@ def engine_args_from(ns: argparse.Namespace) -> EngineArgs:
         routed_projections=ns.routed_projections,
         mma_projections=ns.mma_projections,
         mma_experts=ns.mma_experts,
+        mma_experts_only=ns.mma_experts_only,
         pack_weights=ns.pack_weights,
     )
 

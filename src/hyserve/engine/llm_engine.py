@@ -63,10 +63,17 @@ class EngineArgs:
     # layers/mma_projections.py): on the H200 single-stream decode 511 -> 584 tok/s (docs/performance.md). Off by
     # default: at gpu_memory_utilization 0.9 the copies leave the H200 too little KV cache for 64 sequences.
     mma_experts: bool = False
+    # with mma_experts: release the experts' bf16 weights once their copies exist, so the model takes ~54 GB instead of
+    # ~119 GB (Qwen3.6-35B-A3B); every expert path then streams the copies (prompts of ~2048 tokens and more through
+    # the grouped 12-bit kernels at BLOCK_M 64, where the bf16 ones ran at 128); CUDA only, no reference path
+    mma_experts_only: bool = False
     # on CUDA with graphs, few-token steps stream lossless 12-bit copies of the in-projections' and the experts'
     # bf16 weights (0.75 of the bytes, ~50 GB more memory; layers/packed_weights.py). Off until timed.
     pack_weights: bool = False
     progress: bool = True
+
+    def __post_init__(self) -> None:
+        self.mma_experts = self.mma_experts or self.mma_experts_only  # the copies are what is left
 
     def resolved_device(self) -> torch.device:
         name = self.device or ("cuda" if torch.cuda.is_available() else "cpu")
@@ -125,6 +132,11 @@ class LLMEngine:
         self.args = args
         self.device = args.resolved_device()
         self.dtype = args.resolved_dtype(self.device)
+        if args.mma_experts_only and self.device.type != "cuda":
+            raise ValueError(
+                "--mma-experts-only keeps only the experts' 12-bit copies, which run on CUDA only; "
+                f"device is {self.device}"
+            )
         model_dir = Path(args.model)
         self.config = ModelConfig.from_pretrained(model_dir)
         self.tokenizer = load_tokenizer(Path(args.tokenizer or model_dir))
@@ -155,8 +167,12 @@ class LLMEngine:
         if self.device.type == "cuda" and args.mma_experts:  # the grouped kernels, eager or in graphs
             from hyserve.layers.mma_projections import prepare_mma_experts
 
-            nbytes = prepare_mma_experts(self.model)
-            log.info("12-bit tensor-core copies of the experts' gate_up and down: %.2f GB", nbytes / 1e9)
+            nbytes = prepare_mma_experts(self.model, release=args.mma_experts_only)
+            log.info(
+                "12-bit tensor-core copies of the experts' gate_up and down: %.2f GB%s",
+                nbytes / 1e9,
+                " (their bf16 weights released)" if args.mma_experts_only else "",
+            )
         if self.device.type == "cuda" and args.pack_weights and not args.enforce_eager:
             nbytes = prepare_packed_weights(self.model)
             log.info("12-bit copies of the few-token steps' weights: %.2f GB", nbytes / 1e9)

@@ -8,16 +8,27 @@ of the bf16 weight (``kernels/mma_gemv``): the same values, 0.75 of the bytes, d
 so does its routing out-projection (``w_out``: M's 256 rows, then out_proj or o_proj) where the mma table has a
 plan with a KSPLIT for its shape (``kernels/routed_projection/mma_kernel.py``; none has: slower than the bf16
 kernel). The bf16 weights stay for everything else (prefills, larger batches, the reference path), so the copies
-cost 0.75 of their weights' bytes in memory: ~1.5 GB for Qwen3.6-35B-A3B's 40 in-projections.
+cost 0.75 of their weights' bytes in memory: ~1.5 GB for Qwen3.6-35B-A3B's 40 in-projections. The experts' copies
+(~48.8 GB) likewise, unless ``--mma-experts-only`` releases the bf16 experts, which every expert path can then do
+without (``triton_moe`` re-plans their token counts onto the grouped 12-bit kernels).
 """
 
 from __future__ import annotations
+
+from dataclasses import replace
 
 import torch
 from torch import nn
 
 from hyserve.kernels.mma_gemv import mma_plan, pack_mma
-from hyserve.kernels.moe.mma_experts import pack_mma_experts
+from hyserve.kernels.moe.mma_experts import (
+    MmaExperts,
+    pack_mma_experts,
+    shape_only,
+    unpack_mma_down,
+    unpack_mma_experts,
+)
+from hyserve.layers.sources import get_sources, resolve_key
 
 
 def prepare_mma_projections(model: nn.Module) -> int:
@@ -41,11 +52,14 @@ def prepare_mma_projections(model: nn.Module) -> int:
     return total
 
 
-def prepare_mma_experts(model: nn.Module) -> int:
+def prepare_mma_experts(model: nn.Module, release: bool = False) -> int:
     """``--mma-experts``: the gate_up and the down weights of every routed MoE block (routed experts and the shared
     expert) as fragment-ordered 12-bit copies, which the grouped expert kernels of prefills and batched decode
     (``moe/mma_grouped.py``) and the one-token gate_up and down (``moe/mma_pairs.py``) stream; returns the copies'
-    bytes (~48.8 GB for Qwen3.6-35B-A3B)."""
+    bytes (~48.8 GB for Qwen3.6-35B-A3B). With ``release`` (``--mma-experts-only``) each block whose copy every
+    expert kernel takes gives up its bf16 routed experts right after its copy is made: the parameters keep their
+    shapes as zero-byte views, and the model's memory falls by the difference (~64.4 GB bf16 for ~48.8 GB of
+    copies); the bf16 reference path then refuses those blocks (``moe.fused_moe``)."""
     total = 0
     for layer in model.model.layers:
         moe = getattr(layer, "mlp", None)
@@ -58,4 +72,38 @@ def prepare_mma_experts(model: nn.Module) -> int:
             w, shared, moe.experts.down_proj.data, moe.shared_expert.down_proj.weight.data
         )
         total += moe.packed.nbytes
+        if release and copies_take_every_path(moe.packed, w.shape[2]):
+            moe.packed = replace(moe.packed, released=True)
+            for param in (moe.experts.gate_up_proj, moe.experts.down_proj):
+                param.data = shape_only(param.data)
+    if release and torch.cuda.is_available():
+        torch.cuda.empty_cache()  # the KV cache is sized from the driver's free memory
     return total
+
+
+def copies_take_every_path(packed: MmaExperts, hidden: int) -> bool:
+    """Whether the grouped kernels over the copy take every block size ``triton_moe`` routes a copies-only block to
+    (a token whose given routing the one-token kernels do not take is routed again, through them)."""
+    from hyserve.kernels.moe.mma_grouped import grouped_mma_takes
+    from hyserve.kernels.moe.triton_moe import COPIES_BLOCK_MS
+
+    return packed.down is not None and all(grouped_mma_takes(packed, bm, hidden) for bm in COPIES_BLOCK_MS)
+
+
+def released_expert_weights(model: nn.Module) -> dict[str, torch.Tensor]:
+    """Checkpoint key -> the bf16 weight unpacked from its copy, for each routed-expert weight that
+    ``prepare_mma_experts(release=True)`` released (``hyserve verify``'s transformers model needs real tensors:
+    ~64.4 GB for Qwen3.6-35B-A3B, allocated here)."""
+    out = {}
+    for name, module in model.named_modules():
+        packed = getattr(module, "packed", None)
+        if not isinstance(packed, MmaExperts) or not packed.released:
+            continue
+        w, _ = unpack_mma_experts(packed)
+        wd, _ = unpack_mma_down(packed)
+        prefix = f"{name}.experts"
+        for attr, value in (("gate_up_proj", w), ("down_proj", wd)):
+            for source in get_sources(module.experts, attr)[0]:
+                if not source.index:  # the fused layout: the parameter itself
+                    out[resolve_key(prefix, source.key)] = value
+    return out

@@ -49,7 +49,15 @@ def fused_moe(
     if residual is not None and residual.shape != x.shape:
         raise ValueError(f"residual {tuple(residual.shape)} must have x's shape {tuple(x.shape)}")
     weights = (gate_weight, w_gate_up, w_down, top_k, shared_gate_up, shared_down, shared_expert_gate)
-    if (
+    released = getattr(packed, "released", False)  # only the 12-bit copies are left (--mma-experts-only)
+    if released and not (
+        x.is_cuda and triton_enabled(x, gate_weight) and (residual is None or residual.is_contiguous())
+    ):
+        raise ValueError(
+            "this MoE block's bf16 experts were released (--mma-experts-only): it runs only on the CUDA kernels "
+            f"over their 12-bit copies, not on {x.device} or the reference path"
+        )
+    if released or (
         triton_enabled(x, gate_weight, w_gate_up, w_down)
         and (residual is None or residual.is_contiguous())
         and x.dtype in _DTYPES

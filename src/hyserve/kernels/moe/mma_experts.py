@@ -29,6 +29,8 @@ class MmaExperts:
     down: MmaPackedBF16 | None = (
         None  # [(E + 1) H, I]: the experts' down rows in order, the shared expert last
     )
+    # the block's bf16 routed experts were released (``--mma-experts-only``): every expert kernel must take this copy
+    released: bool = False
 
     @property
     def nbytes(self) -> int:
@@ -72,6 +74,12 @@ def pack_mma_experts(
     order = _tile_order(two_i // 2).to(w_gate_up.device)
     stacked = torch.cat([w_gate_up[:, order], shared_gate_up[order][None]]).reshape(-1, hidden)
     return MmaExperts(gate_up=pack_mma(stacked), num_experts=e, inter=two_i // 2, down=down)
+
+
+def shape_only(t: torch.Tensor) -> torch.Tensor:
+    """t's shape, dtype and device over one element (stride 0): what is left of a weight whose copy replaced it
+    (``MmaExperts.released``)."""
+    return torch.zeros((), dtype=t.dtype, device=t.device).expand(t.shape)
 
 
 def unpack_mma_experts(packed: MmaExperts) -> tuple[torch.Tensor, torch.Tensor]:

@@ -5,10 +5,12 @@ weights. (The layout and its bit-exact round trip are ``test_mma_experts.py``'s 
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 
-from hyserve.kernels.moe.mma_experts import pack_mma_experts, unpack_mma_down
+from hyserve.kernels.moe.mma_experts import pack_mma_experts, shape_only, unpack_mma_down
 from hyserve.kernels.moe.mma_grouped import (
     down_grouped_mma,
     down_grouped_reference,
@@ -177,3 +179,29 @@ def test_fused_moe_over_the_copies_matches_the_bf16_path(experts):
         bf16 = fused_moe_triton(*args)
         mma = fused_moe_triton(*args, packed=packed)
         assert rel_err(mma.float(), bf16.float()) < 1e-2, T
+
+
+def test_fused_moe_with_only_the_copies_matches_the_bf16_path(experts):
+    """``--mma-experts-only``: the bf16 routed experts are zero-byte views, so every token count must take the
+    copies: the few-token pairs plans (T <= 8) and the prefills' BLOCK_M 128 (T >= ~2048) re-planned onto the grouped
+    12-bit kernels at 16 and 64. Against the Triton kernels on the bf16 weights, with the pre-norm and the residual
+    add; NaN anywhere would mean a bf16 kernel read the released views."""
+    from hyserve.kernels.moe.triton_moe import fused_moe_triton
+
+    w, shared, sg, packed = experts
+    wd, sd = unpack_mma_down(packed)
+    only = dataclasses.replace(packed, released=True)
+    stub_w, stub_wd = shape_only(w), shape_only(wd)
+    gen = torch.Generator(device="cuda").manual_seed(17)
+    gate = (torch.randn(E, HIDDEN, generator=gen, device="cuda") * HIDDEN**-0.5).bfloat16()
+    nw = (1 + 0.1 * torch.randn(HIDDEN, generator=gen, device="cuda")).bfloat16()
+    for T in (1, 3, 8, 40, 600, 2100):
+        x = torch.randn(T, HIDDEN, generator=gen, device="cuda").bfloat16()
+        res = torch.randn(T, HIDDEN, generator=gen, device="cuda").bfloat16()
+        kw = dict(norm_weight=nw, norm_eps=1e-6)
+        bf16 = fused_moe_triton(x, gate, w, wd, TOP_K, shared, sd, sg, residual=res.clone(), **kw)
+        mma = fused_moe_triton(
+            x, gate, stub_w, stub_wd, TOP_K, shared, sd, sg, residual=res.clone(), packed=only, **kw
+        )
+        assert not mma.isnan().any(), T
+        assert rel_err(mma.float() - res.float(), bf16.float() - res.float()) < 1e-2, T

@@ -6,10 +6,12 @@ eager and in a graph."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 
-from hyserve.kernels.moe.mma_experts import pack_mma_experts
+from hyserve.kernels.moe.mma_experts import pack_mma_experts, shape_only
 from hyserve.kernels.moe.mma_pairs import (
     KSPLITS,
     down_pairs_mma,
@@ -177,7 +179,7 @@ def test_gate_up_rejects_bad_inputs():
 @gpu
 def test_fused_moe_at_one_token_over_the_copies(monkeypatch):
     """The decode step's MoE (a given routing, the pre-norm inside, the residual added in place): with ``packed``
-    (both kernels over the copies) against the bf16 weights alone; and replayed in a graph."""
+    (both kernels over the copies) against the bf16 weights alone; replayed in a graph; and with only the copies."""
     from hyserve.kernels.moe.triton_moe import fused_moe_triton
 
     monkeypatch.setenv("HYSERVE_PDL", "1")
@@ -199,3 +201,8 @@ def test_fused_moe_at_one_token_over_the_copies(monkeypatch):
     graph.replay()
     torch.cuda.synchronize()
     assert torch.equal(r, got)
+    # --mma-experts-only: the bf16 experts released to zero-byte views; the same kernels, so the same bits
+    only = dataclasses.replace(packed, released=True)
+    stubs = (shape_only(w), shape_only(wd))
+    alone = fused_moe_triton(x, gate, *stubs, k, shared, sd, sg, residual=res.clone(), packed=only, **kw)
+    assert torch.equal(alone, got)

@@ -55,6 +55,9 @@ from hyserve.kernels.moe.triton_prefill import down_scatter_sum, sum_rows
 from hyserve.kernels.rmsnorm import rms_norm
 
 PREFILL_CHUNK = 8192
+# the routing block sizes of a block whose bf16 experts were released (``MmaExperts.released``): the plan's,
+# clamped into the grouped 12-bit kernels' range (few-token plans' GEMV blocks go to 16, prefills' 128 to 64)
+COPIES_BLOCK_MS = (16, 32, 64)
 PACKED_PLAN_PATH = Path(__file__).parent / "configs" / "packed_pairs.json"
 
 
@@ -76,6 +79,32 @@ def _packed_plan(packed: PackedExperts | None, x: torch.Tensor, fuse_shared: boo
     if H % gu["BLOCK_K"] or packed.inter % gu["BLOCK_I"] or packed.inter % dn["BLOCK_I"]:
         return None
     return tiles
+
+
+def _copies_plan(plan: dict) -> dict:
+    """The grouped plan for a block with only its 12-bit copies: the plan's routing options, its block size clamped
+    into ``COPIES_BLOCK_MS``, the scatter down (the grouped 12-bit down's; the Triton configs are not used)."""
+    bm = min(max(plan["block_m"], COPIES_BLOCK_MS[0]), COPIES_BLOCK_MS[-1])
+    grouped = plan["down_mode"] != "pairs"  # the pairs plans' fused router is the top-k-only kind
+    return {
+        "block_m": bm,
+        "down_mode": "scatter",
+        "fused_router": bool(grouped and plan.get("fused_router")),
+        "large_routing": plan.get("large_routing", False),
+        "atomic_routing": plan.get("atomic_routing", False),
+    }
+
+
+def _one_token_copies_take(packed: MmaExperts, x: torch.Tensor, ids: torch.Tensor) -> bool:
+    """Whether both one-token kernels over the copies take a token with a given routing (h will have x's dtype)."""
+    return gate_up_pairs_mma_takes(packed, x, ids) and down_pairs_mma_takes(packed, x, ids)
+
+
+def _released_error(what: str) -> ValueError:
+    return ValueError(
+        f"this MoE block's bf16 experts were released (--mma-experts-only), but {what}; the 12-bit copies need "
+        "bf16 activations on CUDA and the shapes their kernels take"
+    )
 
 
 def fused_moe_triton(
@@ -111,6 +140,9 @@ def fused_moe_triton(
     T, H = x.shape
     E, two_i, _ = w_gate_up.shape
     inter = two_i // 2
+    released = isinstance(packed, MmaExperts) and packed.released
+    if released and x.dtype != torch.bfloat16:
+        raise _released_error(f"x is {x.dtype}")
     if residual is not None:
         out = residual
     elif out is None:
@@ -144,6 +176,12 @@ def fused_moe_triton(
     fuse_shared = has_shared and shared_gate_up.shape == (two_i, H) and shared_down.shape == (H, inter)
     if plan is None:
         plan = get_plan(T, E, H, inter, top_k, x.dtype)
+    if released and routing is not None and not _one_token_copies_take(packed, x, routing[0]):
+        routing = None  # the grouped kernels over the copies route this token again
+    if released and routing is None:
+        plan = _copies_plan(plan)
+    if released and not fuse_shared:
+        raise _released_error("its shared expert is not folded into the copy")
     sgu, sd = (shared_gate_up, shared_down) if fuse_shared else (None, None)
     sg = shared_expert_gate if fuse_shared else None
     # the kernels write (or add to, with a residual) out directly, unless a shared expert is left to add
@@ -258,6 +296,10 @@ def _grouped(
             if out is None:
                 out = torch.empty((T, x.shape[1]), dtype=x.dtype, device=x.device)
             return sum_rows(y, out, T, top_k, True, add_out)
+        if mma.released:
+            raise _released_error(f"the plan's {plan['down_mode']} down at T={T} has no 12-bit form")
+    elif mma is not None and mma.released:
+        raise _released_error(f"the grouped kernels do not take BLOCK_M {bm}")
     else:
         h = gate_up(x, w_gate_up, shared_gate_up, shared_expert_gate, *routed, plan["gate_up"])
     down = down_reduce if reduce else down_scatter_sum

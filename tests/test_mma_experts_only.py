@@ -1,0 +1,107 @@
+"""``--mma-experts-only`` on the CPU: releasing the experts' bf16 weights keeps their shapes in zero bytes, the
+copies give every bit back (what ``hyserve verify`` hands transformers), every plan maps onto the grouped 12-bit
+kernels' block sizes, and what cannot run without the bf16 weights (the CPU, the reference path) says so. The
+kernels over the copies run on the GPU only (``kernels/moe/test_mma_grouped.py``)."""
+
+from __future__ import annotations
+
+import argparse
+
+import pytest
+import torch
+
+from checkpoints import make_checkpoint
+from hyserve import LLM
+from hyserve.cli import main
+from hyserve.engine.args import add_engine_arguments, engine_args_from
+from hyserve.engine.llm_engine import EngineArgs, LLMEngine
+from hyserve.kernels.moe.configs import get_plan
+from hyserve.kernels.moe.triton_moe import COPIES_BLOCK_MS, _copies_plan
+from hyserve.layers.mma_projections import prepare_mma_experts, released_expert_weights
+from hyserve.model.loader import checkpoint_views
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory):
+    # widths the grouped 12-bit kernels take (H and I multiples of 128), a shared expert as wide as the routed ones
+    return make_checkpoint(
+        tmp_path_factory.mktemp("moe-only"),
+        kind="moe",
+        seed=5,
+        num_hidden_layers=2,
+        layer_types=["linear_attention", "full_attention"],
+        hidden_size=128,
+        moe_intermediate_size=128,
+        shared_expert_intermediate_size=128,
+        num_experts=8,
+    )
+
+
+def test_release_keeps_the_shapes_in_zero_bytes_and_the_bits_in_the_copies(checkpoint):
+    llm = LLM(str(checkpoint), device="cpu", dtype="bfloat16", progress=False, max_model_len=32)
+    model = llm.engine.model
+    before = {k: v.clone() for k, v in checkpoint_views(model).items() if ".mlp.experts." in k}
+    assert len(before) == 4  # gate_up_proj and down_proj of two layers
+    assert prepare_mma_experts(model, release=True) > 0
+    for layer in model.model.layers:
+        moe = layer.mlp
+        assert moe.packed.released
+        for param in (moe.experts.gate_up_proj, moe.experts.down_proj):
+            assert param.untyped_storage().nbytes() <= 2 and param.dtype == torch.bfloat16
+        assert moe.experts.gate_up_proj.shape == (8, 256, 128) and moe.experts.down_proj.shape == (
+            8,
+            128,
+            128,
+        )
+    unpacked = released_expert_weights(model)
+    assert unpacked.keys() == before.keys()
+    for key, value in before.items():
+        assert torch.equal(unpacked[key].view(torch.int16), value.view(torch.int16)), key
+
+
+def test_a_released_block_refuses_the_cpu_and_the_reference_path(checkpoint):
+    llm = LLM(str(checkpoint), device="cpu", dtype="bfloat16", progress=False, max_model_len=32)
+    prepare_mma_experts(llm.engine.model, release=True)
+    with pytest.raises(ValueError, match="--mma-experts-only"):
+        llm.generate([[1, 2, 3]])
+
+
+def test_every_plan_maps_onto_the_copies_block_sizes():
+    # Qwen3.6-35B-A3B's expert shapes, at token counts across the plan table's buckets
+    plans = {
+        T: get_plan(T, 256, 2048, 512, 8, torch.bfloat16) for T in (1, 3, 8, 20, 100, 600, 1024, 2048, 9000)
+    }
+    for T, plan in plans.items():
+        copies = _copies_plan(plan)
+        assert copies["block_m"] in COPIES_BLOCK_MS and copies["down_mode"] == "scatter", T
+        if plan["down_mode"] == "pairs":  # the pairs plans' fused router only takes the top-k
+            assert not copies["fused_router"]
+        if 16 <= plan["block_m"] <= 64:
+            assert copies["block_m"] == plan["block_m"]
+    assert _copies_plan(plans[1])["block_m"] == 16 and _copies_plan(plans[9000])["block_m"] == 64
+
+
+def _args(*flags: str) -> EngineArgs:
+    parser = argparse.ArgumentParser()
+    add_engine_arguments(parser)
+    return engine_args_from(parser.parse_args(["--model", "m", *flags]))
+
+
+def test_the_flag_implies_the_copies_and_excludes_pack_weights():
+    args = _args("--mma-experts-only")
+    assert args.mma_experts and args.mma_experts_only
+    assert not _args("--mma-experts").mma_experts_only
+    with pytest.raises(ValueError, match="--pack-weights"):
+        _args("--mma-experts-only", "--pack-weights")
+
+
+def test_the_engine_refuses_the_flag_on_the_cpu_before_loading(tmp_path):
+    # no checkpoint at all in the folder: the error comes before anything is read
+    with pytest.raises(ValueError, match="CUDA only"):
+        LLMEngine(EngineArgs(model=str(tmp_path), device="cpu", mma_experts_only=True))
+
+
+def test_verify_refuses_the_reference_path_before_loading(tmp_path, capsys):
+    args = ["verify", "--model", str(tmp_path), "--mma-experts-only", "--paths", "fast,reference"]
+    assert main(args) != 0
+    assert "--paths reference needs the experts' bf16 weights" in capsys.readouterr().err
