@@ -7,11 +7,19 @@
 # transformers model unpacks the released experts into new bf16 tensors and the full model's 64 GB of them fit an
 # H200 only), then the first token without HTTP at 128 / 1024 / 4096 tokens, bf16 experts against --mma-experts
 # against --mma-experts-only (ab_prefill.sh; on an H100 at 16 layers, where the bf16 model and the copies fit), ~8 min.
+# PART=3: the tests, then PART=2 without the bf16 side and at 1024 / 4096 tokens only, ~9 min.
 set -u
 source "$(dirname "$0")/common.sh"
 mem=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits | head -n 1)
 nvidia-smi --query-gpu=name --format=csv,noheader | head -n 1
-if [ "${PART:-1}" = 2 ]; then
+tests() {
+  timeout 200 python3 -m pytest -p no:cacheprovider -rfE src/hyserve/kernels/moe/test_mma_grouped.py \
+    src/hyserve/kernels/moe/test_mma_pairs.py > "$OUT/t_only.log" 2>&1
+  echo "tests rc=$? $(grep -E '(passed|failed|error)' "$OUT/t_only.log" | tail -n 1)"
+  grep -E "^(FAILED|ERROR)" "$OUT/t_only.log" | head -n 5
+}
+[ "${PART:-1}" = 3 ] && tests
+if [ "${PART:-1}" != 1 ]; then
   if [ "$mem" -gt 100000 ]; then
     TAILN=8 run verify 300 python3 -m hyserve verify --model $M --load-format dummy --kv-cache-memory-gb 4 \
       --max-num-seqs 8 --max-model-len 4096 --paths fast --mma-experts-only
@@ -19,14 +27,12 @@ if [ "${PART:-1}" = 2 ]; then
     FLAGS=--mma-experts-only CMP_FLAGS=--mma-experts bash "$(dirname "$0")/verify_depth.sh" 2>&1 | tail -n 20
     export LAYERS=16
   fi
-  SIDES="bf16:src mma:src:--mma-experts only:src:--mma-experts-only" ROUNDS=1 REPS=5 TOP=6 KVGB=4 \
-    LENS=128,1024,4096 bash "$(dirname "$0")/ab_prefill.sh" 2>&1 | tail -n 60
+  [ "$PART" = 3 ] && export SIDES="mma:src:--mma-experts only:src:--mma-experts-only" LENS=1024,4096
+  SIDES=${SIDES:-"bf16:src mma:src:--mma-experts only:src:--mma-experts-only"} ROUNDS=1 REPS=5 TOP=6 KVGB=4 \
+    LENS=${LENS:-128,1024,4096} bash "$(dirname "$0")/ab_prefill.sh" 2>&1 | tail -n 60
   exit
 fi
-timeout 200 python3 -m pytest -p no:cacheprovider -rfE src/hyserve/kernels/moe/test_mma_grouped.py \
-  src/hyserve/kernels/moe/test_mma_pairs.py > "$OUT/t_only.log" 2>&1
-echo "tests rc=$? $(grep -E '(passed|failed|error)' "$OUT/t_only.log" | tail -n 1)"
-grep -E "^(FAILED|ERROR)" "$OUT/t_only.log" | head -n 5
+tests
 echo "Triton cache before the start: $(find ~/.triton/cache -type f 2> /dev/null | wc -l) files"
 bash "$(dirname "$0")/serve_bench.sh" --max-num-seqs 48 --max-model-len 8192 --gpu-memory-utilization 0.95 \
   --mma-experts-only 2>&1 | grep -v "^hyserve:" | tail -n 40
