@@ -95,11 +95,7 @@ def add_engine_arguments(parser: argparse.ArgumentParser, model_required: bool =
 def engine_args_from(ns: argparse.Namespace) -> EngineArgs:
     if not 0.0 < ns.gpu_memory_utilization <= 1.0:
         raise ValueError(f"--gpu-memory-utilization must be in (0, 1], got {ns.gpu_memory_utilization}")
-    if (ns.mma_experts or ns.mma_experts_only) and ns.pack_weights:
-        raise ValueError(
-            "--mma-experts and --pack-weights each keep their own 12-bit copy of the experts; choose one of them"
-        )
-    return EngineArgs(
+    args = EngineArgs(
         model=ns.model,
         tokenizer=ns.tokenizer,
         device=ns.device,
@@ -123,6 +119,12 @@ def engine_args_from(ns: argparse.Namespace) -> EngineArgs:
         mma_experts_only=ns.mma_experts_only,
         pack_weights=ns.pack_weights,
     )
+    # mma_experts as EngineArgs derives it: --mma-experts-only implies it
+    if args.mma_experts and args.pack_weights:
+        raise ValueError(
+            "--mma-experts and --pack-weights each keep their own 12-bit copy of the experts; choose one of them"
+        )
+    return args
 
 
 def _sizes(text: str | None, flag: str) -> list[int] | None:
