@@ -10,7 +10,7 @@ launch, then the one to read) on fresh inputs, eagerly and without PDL, so each 
         python3 scripts/ncu_decode_kernels.py > ncu.csv
     python3 scripts/ncu_decode_kernels.py --summarize ncu.csv
 
-``--packed`` launches the 12-bit packed copies' kernels (``--pack-weights``) instead. ``--summarize`` prints,
+``--summarize`` prints,
 per kernel and grid size (the second launch of each), its duration, DRAM throughput (% of peak), achieved and
 theoretical occupancy, registers a thread, grid size, the share of cycles a scheduler issued, and warps stalled
 per issued instruction by reason (long_scoreboard: waiting on global memory; barrier, membar: CTA barriers and
@@ -37,56 +37,6 @@ def _random_bf16():
     return lambda *shape, scale=1.0: (torch.randn(*shape, device="cuda", generator=gen) * scale).to(
         torch.bfloat16
     )
-
-
-def launch_packed() -> None:
-    """The 12-bit packed copies' kernels (``--pack-weights``) at the same shapes: the GEMVs with their plan and
-    with the BLOCK_N 4 tile, then the pairs kernels over packed experts."""
-    import torch
-
-    os.environ["HYSERVE_PDL"] = "0"
-    from hyserve.kernels.linear import packed_gemv_plan
-    from hyserve.kernels.linear.triton_packed import gemv_packed_triton
-    from hyserve.kernels.moe.bench import make_layer, make_x
-    from hyserve.kernels.moe.configs import get_plan
-    from hyserve.kernels.moe.router import route_topk_fused
-    from hyserve.kernels.moe.triton_moe import _packed_tiles
-    from hyserve.kernels.moe.triton_pairs_packed import down_pairs_packed, gate_up_pairs_packed, pack_experts
-    from hyserve.kernels.packed_bf16 import pack_bf16
-
-    rnd = _random_bf16()
-    for n, k, kind in GEMVS:
-        w = pack_bf16(rnd(n, k, scale=k**-0.5))
-        xin = rnd(1, k)
-        for cfg in (packed_gemv_plan(n, k), {"BLOCK_N": 4, "BLOCK_K": 256, "num_warps": 4}):
-            for _ in range(2):
-                if kind == "norm":
-                    gemv_packed_triton(xin, w, cfg, norm_weight=rnd(k, scale=0.1), norm_eps=1e-6)
-                else:
-                    gemv_packed_triton(xin, w, cfg, residual=rnd(1, n))
-    layer = make_layer()
-    pk = pack_experts(layer["w_gate_up"], layer["w_down"], layer["shared_gate_up"], layer["shared_down"])
-    tiles = _packed_tiles()
-    plan = get_plan(1, EXPERTS, HIDDEN, INTER, TOP_K, torch.bfloat16)
-    xr = make_x(1)
-    g = rnd(HIDDEN, scale=0.1)
-    for _ in range(2):
-        rt = route_topk_fused(xr, layer["gate_weight"], TOP_K, plan.get("router_be"), g, 1e-6)
-        sg = layer["shared_expert_gate"]
-        h = gate_up_pairs_packed(
-            rt.normed_x,
-            pk.gate_up,
-            pk.inter,
-            pk.shared_gate_up,
-            sg,
-            rt.topk_ids,
-            rt.topk_weights,
-            tiles["gate_up"],
-        )
-        down_pairs_packed(
-            h, pk.down, pk.shared_down, rt.topk_ids, tiles["down"], out=xr.clone(), add_out=True
-        )
-    torch.cuda.synchronize()
 
 
 def launch_all() -> None:
@@ -190,16 +140,11 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--summarize", default=None, help="an ncu --csv --page raw file to condense")
     ap.add_argument("--metrics", action="store_true", help="print the metric list for ncu --metrics")
-    ap.add_argument(
-        "--packed", action="store_true", help="the packed copies' kernels instead (--pack-weights)"
-    )
     a = ap.parse_args()
     if a.metrics:
         print(",".join(m for m, _ in METRICS))
     elif a.summarize:
         summarize(a.summarize)
-    elif a.packed:
-        launch_packed()
     else:
         launch_all()
 

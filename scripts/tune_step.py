@@ -3,7 +3,7 @@
 usage: python scripts/tune_step.py --model DIR --load-format dummy --kv-cache-memory-gb 8 --max-num-seqs 8
        --max-model-len 8192 [--batch 1] [--prompt-len 384] [--replays 300] [--noise-us 3]
        [--groups gemv,moe,gdn,attention] [--passes 1] [--out DIR]   (--groups may add "screen", "options", "qk",
-       "l2pf", "regs", "packed": the tiles of the kernels over --pack-weights' copies) [--shapes 12608x2048,...]
+       "l2pf", "regs") [--shapes 12608x2048,...]
 
 Per variant: its plans patched into the kernels' tables (the GEMV plans, the MoE bucket, the DeltaNet step's
 tiles and the greedy screen's plan that serve ``--batch``, the decode attention config), that batch size's
@@ -42,7 +42,6 @@ gdn = importlib.import_module("hyserve.kernels.gdn_decode_step.triton_kernel")
 linear = importlib.import_module("hyserve.kernels.linear")
 moe_configs = importlib.import_module("hyserve.kernels.moe.configs")
 greedy = importlib.import_module("hyserve.kernels.greedy_head.triton_kernel")
-triton_moe = importlib.import_module("hyserve.kernels.moe.triton_moe")
 # in_proj, out_proj / o_proj, attention qkv; then the same with the routed projections' 256 router rows (their own
 # entries in gemv.json, one token only: kernels/routed_projection), tuned where the table has them
 ROUTED_SHAPES = ("12608x2048", "2304x4096", "9472x2048")
@@ -144,39 +143,6 @@ def knobs(groups: set[str], state: dict, batch: int = 1, only: tuple[str, ...] =
             out += [Knob(("gemv", s, "maxnreg"), (None, 64, 72, 80)) for s in shapes]
     if "l2pf" in groups:  # gate_up's programs prefetching the shared expert into L2 (kernels/l2_prefetch.py)
         out.append(Knob(("moe", "gate_up", "L2PF"), (None, 64, 128, 256)))
-    if "packed" in groups and batch == 1:  # whole plans: one 8-element group a thread (BLOCK_K = 256 x warps)
-        for s in ("12608x2048", "9472x2048", "2304x4096"):
-            split = {"M_SPLIT": 2} if s == ROUTED_OUT else {}
-            out.append(
-                Knob(
-                    ("packed_gemv", s),
-                    tuple(
-                        {"BLOCK_N": 1, "BLOCK_K": 256 * w, "num_warps": w, "max_rows": 1, **split, **extra}
-                        for w in (2, 4, 8)
-                        for extra in ({}, {"M_SPLIT": 1} if split else {"UNROLL": 2})
-                    ),
-                )
-            )
-        out.append(
-            Knob(
-                ("packed_moe", "gate_up"),
-                tuple(
-                    {"BLOCK_I": bi, "BLOCK_K": bk, "num_warps": w}
-                    | ({"maxnreg": mx} if mx else {})
-                    | ({"L2PF": pf} if pf else {})
-                    for bi, bk, w, mx, pf in (
-                        (4, 256, 4, 56, 64), (4, 256, 4, None, 64), (4, 256, 4, 56, None), (2, 256, 2, None, 64),
-                        (8, 128, 4, 56, 64), (2, 512, 4, 56, 64),
-                    )
-                ),
-            )
-        )  # fmt: skip
-        out.append(
-            Knob(
-                ("packed_moe", "down"),
-                tuple({"BLOCK_I": bi, "num_warps": w} for bi, w in ((64, 2), (128, 4), (32, 1))),
-            )
-        )
     return out
 
 
@@ -196,8 +162,6 @@ class StepBench:
             "gdn": gdn._CONFIGS,
             "attention": attention._configs(),
             "screen": greedy.SCREEN_PLAN,
-            "packed_gemv": linear._packed_plans(),
-            "packed_moe": triton_moe._packed_tiles() or {},
         }
         self.batch = ns.batch
         if not 1 <= self.batch <= greedy.MAX_ROWS:
@@ -231,11 +195,6 @@ class StepBench:
             "gdn": {"bv": bv, "warps": warps},
             "attention": dict(t["attention"]["decode"]["default"]),
             "screen": t["screen"][self.screen_rows],
-            "packed_gemv": {
-                s: dict(t["packed_gemv"].get(s, t["packed_gemv"].get("default", {})))
-                for s in ("12608x2048", "9472x2048", "2304x4096")
-            },
-            "packed_moe": json.loads(json.dumps(t["packed_moe"])),
         }
 
     def apply(self, state: dict) -> None:
@@ -254,10 +213,6 @@ class StepBench:
         gdn._CONFIGS = tuple(configs)
         attention._configs = lambda: att
         greedy.SCREEN_PLAN = {**t["screen"], self.screen_rows: tuple(state["screen"])}
-        packed_gemv = {**t["packed_gemv"], **state["packed_gemv"]}
-        linear._packed_plans = lambda: packed_gemv
-        packed_moe = state["packed_moe"] or None
-        triton_moe._packed_tiles = lambda: packed_moe
 
     def measure(self, state: dict) -> float:
         self.apply(state)
@@ -319,14 +274,6 @@ class StepBench:
         att_doc = json.loads((Path(attention.__file__).parent / "configs" / "attention.json").read_text())
         att_doc["decode"]["default"] = state["attention"]
         (out / "attention.json").write_text(json.dumps(att_doc, indent=2) + "\n")
-        packed_path = linear.PACKED_CONFIG_PATH
-        packed_doc = json.loads(packed_path.read_text())
-        packed_doc["plans"].update(state["packed_gemv"])
-        (out / packed_path.name).write_text(json.dumps(packed_doc, indent=1) + "\n")
-        if state["packed_moe"]:
-            (out / triton_moe.PACKED_PLAN_PATH.name).write_text(
-                json.dumps(state["packed_moe"], indent=1) + "\n"
-            )
         (out / "gdn_screen.txt").write_text(
             f"DeltaNet step, batch <= {self.gdn_bound}: {state['gdn']}\n"
             f"screen, {self.screen_rows} rows: {state['screen']}\n"
@@ -341,7 +288,7 @@ def main() -> None:
     parser.add_argument("--replays", type=int, default=300)
     parser.add_argument("--noise-us", type=float, default=3.0)
     parser.add_argument(
-        "--groups", default="gemv,moe,gdn,attention", help="also: screen, options, qk, l2pf, regs, packed"
+        "--groups", default="gemv,moe,gdn,attention", help="also: screen, options, qk, l2pf, regs"
     )
     parser.add_argument("--passes", type=int, default=1)
     parser.add_argument("--out", default=os.environ.get("OUT", "/tmp/tune_step"))

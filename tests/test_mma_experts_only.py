@@ -87,12 +87,10 @@ def _args(*flags: str) -> EngineArgs:
     return engine_args_from(parser.parse_args(["--model", "m", *flags]))
 
 
-def test_the_flag_implies_the_copies_and_excludes_pack_weights():
+def test_the_flag_implies_the_copies():
     args = _args("--mma-experts-only")
     assert args.mma_experts and args.mma_experts_only
     assert not _args("--mma-experts").mma_experts_only
-    with pytest.raises(ValueError, match="--pack-weights"):
-        _args("--mma-experts-only", "--pack-weights")
 
 
 def test_the_engine_refuses_the_flag_on_the_cpu_before_loading(tmp_path):

@@ -136,5 +136,3 @@ def test_expert_copies(tmp_path):
     add_engine_arguments(parser)
     assert not engine_args_from(parser.parse_args([])).mma_experts
     assert engine_args_from(parser.parse_args(["--mma-experts"])).mma_experts
-    with pytest.raises(ValueError, match="choose one"):
-        engine_args_from(parser.parse_args(["--mma-experts", "--pack-weights"]))

@@ -2,7 +2,7 @@
 # The batch-1 decode step, before against after: GPU tests of the changed kernels (TESTS; none: no tests), then
 # scripts/profile_decode.py on the tree's src and on .base/src (the "before" side: `git archive <commit> src |
 # tar -x -C .base`, carried), each once. SIDES (default "after:src before:.base/src") names other label:src-folder
-# pairs, a third field adding engine flags, comma-separated ("packed:src:--pack-weights"). KVGB (8), SEQS (32): the
+# pairs, a third field adding engine flags, comma-separated ("mma:src:--mma-experts"). KVGB (8), SEQS (32): the
 # KV cache GiB and --max-num-seqs. BATCH (1): the decode batch profiled (its graph captured). LAYERS: the model cut to
 # its first LAYERS layer types (`depth_model`, for an H100).
 # Carry .base (and .whl for the common environment).

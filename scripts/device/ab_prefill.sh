@@ -3,7 +3,7 @@
 # .base/src (the "before" side: `git archive <commit> src | tar -x -C .base`, carried), alternated ROUNDS times.
 # Env: LENS (128,1024,4096), REPS (7), TOP (10: kernels listed), ROUNDS (2), KVGB (8: KV cache GiB), SIDES (label:src-folder pairs in the
 # order run each round; "before:.base/src after:src", e.g. add "alt:.alt/src" for a third tree, carried too; a third
-# field adds engine flags, comma-separated: "packed:src:--pack-weights").
+# field adds engine flags, comma-separated: "mma:src:--mma-experts").
 # LAYERS: the model cut to its first LAYERS layer types (`depth_model`, for an H100).
 # Carry .base (and .whl for the common environment).
 set -u

@@ -3,7 +3,7 @@
 # start from a cold machine). Env: BATCH (1), KNOBS (the groups, e.g. gemv,moe,gdn,attention,screen,options),
 # PASSES (1), REPLAYS (300), LIMIT (540 s), KVGB (KV cache GB: 8; 3 fits an H100), SHAPES (the GEMV shapes tuned,
 # comma-separated; all), NAME (the run's log and its tables' folder under $OUT: tuned), EXTRA (more engine flags,
-# e.g. --pack-weights for KNOBS=packed).
+# e.g. --mma-experts).
 # scripts/tune_step.py keeps what wins in the step; before committing its tables: copy them in, then
 # `hyserve verify` and the HTTP table (scripts/device/verify_serve.sh) in the next call.
 set -u

@@ -2,7 +2,7 @@
 # The issue-4 HTTP table and the accuracy gate at this commit (~7 min from a cold machine): first
 # scripts/device/serve_bench.sh, so that on a fresh machine its start-up is the cold-cache one (the Triton
 # cache's file count is printed first), then `hyserve verify` on the fast path at full size (dummy weights).
-# FLAGS: engine flags for both (e.g. FLAGS=--pack-weights). Carry .whl.
+# FLAGS: engine flags for both (e.g. FLAGS=--mma-experts). Carry .whl.
 set -u
 source "$(dirname "$0")/common.sh"
 W=$OUT

@@ -77,14 +77,6 @@ def add_engine_arguments(parser: argparse.ArgumentParser, model_required: bool =
         "path cannot run those blocks). New: not yet run on a GPU (scripts/device/experts_only.sh)",
     )
     g.add_argument(
-        "--pack-weights",
-        action="store_true",
-        help="also keep the bf16 weights that few-token decode steps stream (the in-projections' GEMVs, the "
-        "experts) in a lossless 12-bit format and stream that instead: the same values, 0.75 of the bytes, for "
-        "0.75 of their size in more memory (~50 GB for Qwen3.6-35B-A3B; layers/packed_weights.py). Experimental: "
-        "not faster than the bf16 kernels on the H200 yet",
-    )
-    g.add_argument(
         "--no-warmup",
         dest="warmup",
         action="store_false",
@@ -95,7 +87,7 @@ def add_engine_arguments(parser: argparse.ArgumentParser, model_required: bool =
 def engine_args_from(ns: argparse.Namespace) -> EngineArgs:
     if not 0.0 < ns.gpu_memory_utilization <= 1.0:
         raise ValueError(f"--gpu-memory-utilization must be in (0, 1], got {ns.gpu_memory_utilization}")
-    args = EngineArgs(
+    return EngineArgs(
         model=ns.model,
         tokenizer=ns.tokenizer,
         device=ns.device,
@@ -117,14 +109,7 @@ def engine_args_from(ns: argparse.Namespace) -> EngineArgs:
         mma_projections=ns.mma_projections,
         mma_experts=ns.mma_experts,
         mma_experts_only=ns.mma_experts_only,
-        pack_weights=ns.pack_weights,
     )
-    # mma_experts as EngineArgs derives it: --mma-experts-only implies it
-    if args.mma_experts and args.pack_weights:
-        raise ValueError(
-            "--mma-experts and --pack-weights each keep their own 12-bit copy of the experts; choose one of them"
-        )
-    return args
 
 
 def _sizes(text: str | None, flag: str) -> list[int] | None:

@@ -19,7 +19,6 @@ from hyserve.engine.runner import ModelRunner, PendingStep, RunnerOutput, cache_
 from hyserve.engine.sampling_params import SamplingParams
 from hyserve.engine.scheduler import ScheduledSequence, Scheduler, SchedulerConfig, SchedulerOutput
 from hyserve.engine.sequence import Sequence, SequenceStatus
-from hyserve.layers.packed_weights import prepare_packed_weights
 from hyserve.layers.routed_projection import prepare_routed_projections
 from hyserve.model.loader import build_model
 
@@ -67,9 +66,6 @@ class EngineArgs:
     # ~119 GB (Qwen3.6-35B-A3B); every expert path then streams the copies (prompts of ~2048 tokens and more through
     # the grouped 12-bit kernels at BLOCK_M 64, where the bf16 ones ran at 128); CUDA only, no reference path
     mma_experts_only: bool = False
-    # on CUDA with graphs, few-token steps stream lossless 12-bit copies of the in-projections' and the experts'
-    # bf16 weights (0.75 of the bytes, ~50 GB more memory; layers/packed_weights.py). Off until timed.
-    pack_weights: bool = False
     progress: bool = True
 
     def __post_init__(self) -> None:
@@ -173,9 +169,6 @@ class LLMEngine:
                 nbytes / 1e9,
                 " (their bf16 weights released)" if args.mma_experts_only else "",
             )
-        if self.device.type == "cuda" and args.pack_weights and not args.enforce_eager:
-            nbytes = prepare_packed_weights(self.model)
-            log.info("12-bit copies of the few-token steps' weights: %.2f GB", nbytes / 1e9)
         self.max_model_len = args.max_model_len or min(self.config.max_position_embeddings, 32768)
         if self.max_model_len > self.config.max_position_embeddings:
             raise ValueError(

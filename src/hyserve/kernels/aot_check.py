@@ -2,7 +2,7 @@
 
 ``PYTHONPATH=src python -m hyserve.kernels.aot_check`` covers the kernels the model runs at batch 1 outside
 the DeltaNet (whose own check is ``hyserve.kernels.gated_delta_rule.aot_check``, same method and caveats):
-the GEMV with and without its fused norm and residual (and over 12-bit packed weights), the fused MoE router with and without the norm, the
+the GEMV with and without its fused norm and residual, the fused MoE router with and without the norm, the
 pairs gate_up and down kernels and their options, the grouped down kernels' residual epilogues and the paged
 decode attention, at the model's shapes and tiles (bf16, PDL on). The CPU interpreter runs code the GPU
 compiler may reject, so run this before spending device time on a change; it is not the JIT's launch path,
@@ -27,20 +27,17 @@ from hyserve.kernels.gated_delta_rule.aot_check import BF, F32, FAILED, build
 from hyserve.kernels.greedy_head import triton_kernel as greedy
 from hyserve.kernels.linear import _plans
 from hyserve.kernels.linear import triton_kernel as gemv
-from hyserve.kernels.linear import triton_packed as gemv_packed
 from hyserve.kernels.moe import (
     router,
     triton_decode,
     triton_gate_up,
     triton_pairs,
-    triton_pairs_packed,
     triton_prefill,
 )
 from hyserve.kernels.moe.configs import get_plan
 from hyserve.kernels.qk_norm_rope import triton_kernel as qk_rope
 from hyserve.kernels.rmsnorm import triton_kernel as rmsnorm
 from hyserve.kernels.routed_projection import triton_kernel as routed
-from hyserve.kernels.routed_projection import triton_packed as routed_packed
 
 I32 = "*i32"
 
@@ -74,18 +71,6 @@ def main() -> None:
             build(gemv._gemv_kernel, types, consts, plan.get("num_warps", 4), 1, aligned=("N", "K"),
                   programs=-(-int(shape.split("x")[0]) // plan["BLOCK_N"]),
                   label=f"gemv {shape} norm={norm} res={res} reduce_each={red} tma={tma} bcast_x={bx} raw={raw}")  # fmt: skip
-    packed_types = dict(gemv_types, low_ptr="*u8", nib_ptr="*u8", base_ptr=I32, eptr_ptr=I32, erow_ptr=I32,
-                        ecol_ptr=I32, eval_ptr=F32)  # fmt: skip
-    # one row a program (unrolled or not), and 4 rows a program on 128 groups (a row's x shared in registers)
-    for shape, bn, bk, warps, unroll in (("12608x2048", 1, 1024, 4, 1), ("12608x2048", 1, 1024, 4, 2),
-                                         ("12608x2048", 4, 1024, 4, 1), ("2304x4096", 1, 1024, 4, 1),
-                                         ("2304x4096", 1, 2048, 8, 1)):  # fmt: skip
-        for norm, res, raw in ((0, 0, 0), (1, 0, 0), (0, 1, 0), (1, 0, 1)):
-            consts = dict(BLOCK_M=1, BLOCK_N=bn, BLOCK_K=bk, ESCAPES=16, EVEN_K=True, HAS_NORM=norm, HAS_RES=res,
-                          REDUCE_EACH=0, HAS_RAW=raw, ASM=True, UNROLL=unroll, USE_PDL=True)  # fmt: skip
-            build(gemv_packed._packed_gemv_kernel, packed_types, consts, warps, 1, aligned=("N", "K"),
-                  programs=int(shape.split("x")[0]) // bn,
-                  label=f"packed gemv {shape} block_n={bn} block_k={bk} unroll={unroll} norm={norm} res={res} raw={raw}")  # fmt: skip
     out_plan = _plans().get("2304x4096") or _plans()["2048x4096"]
     route_types = {"a_ptr": BF, "w_ptr": BF, "h_ptr": BF, "part_ptr": BF, "raw_ptr": F32, "counter_ptr": I32,
                    "ids_ptr": I32, "top_ptr": F32}  # fmt: skip
@@ -96,12 +81,6 @@ def main() -> None:
         build(routed._project_route_kernel, route_types, consts, out_plan.get("num_warps", 4), 1,
               label=f"routed out-projection m_split={split}", aligned=("H", "K", "E"),
               maxnreg=out_plan.get("maxnreg"), programs=(256 * split + 2048) // out_plan["BLOCK_N"])  # fmt: skip
-    rpk_types = dict(route_types, low_ptr="*u8", nib_ptr="*u8", base_ptr=I32, eptr_ptr=I32, erow_ptr=I32,
-                     ecol_ptr=I32, eval_ptr=F32)  # fmt: skip
-    for split in (1, 2):
-        consts = dict(BLOCK_K=1024, ESCAPES=16, M_SPLIT=split, EP=256, TOP_K=8, KP=8, ASM=True, USE_PDL=True)
-        build(routed_packed._project_route_packed_kernel, rpk_types, consts, 4, 1, aligned=("H", "K", "E"),
-              programs=256 * split + 2048, label=f"packed routed out-projection m_split={split}")  # fmt: skip
     plan = get_plan(1, 256, 2048, 512, 8, torch.bfloat16)
     router_types = {"x_ptr": BF, "nw_ptr": BF, "xn_ptr": BF, "eps": "fp32", "gw_ptr": BF, "scratch_ptr": F32,
                     "counter_ptr": I32, "ids_ptr": I32, "w_ptr": F32, "sorted_ptr": I32, "meta_ptr": I32}  # fmt: skip
@@ -144,27 +123,6 @@ def main() -> None:
                                   label=f"pairs gate_up reduce_each={red} prefetch={pre} late_wait={late} "
                                   f"logits={fl} tma={stages} l2pf={pf} norm_x={nx} bcast_x={bx}"
                                   + (" shared_first=1" if sf else ""))  # fmt: skip
-    pk_types = {"x_ptr": BF, "low_ptr": "*u8", "nib_ptr": "*u8", "base_ptr": I32, "eptr_ptr": I32, "erow_ptr": I32,
-                "ecol_ptr": I32, "eval_ptr": F32, "s_low_ptr": "*u8", "s_nib_ptr": "*u8", "s_base_ptr": I32,
-                "s_eptr_ptr": I32, "s_erow_ptr": I32, "s_ecol_ptr": I32, "s_eval_ptr": F32, "sg_ptr": BF,
-                "ids_ptr": I32, "topk_w_ptr": F32, "h_ptr": BF, "nw_ptr": BF, "eps": "fp32"}  # fmt: skip
-    # the routed projections' call (NORM_X) with the shared L2 prefetch, capped at the bf16 plan's 56 registers
-    # (one wave of the 1152 programs) or not; plain
-    for nx, pf, cap in ((1, 64, 56), (1, 64, None), (0, 0, None)):
-        consts = dict(K_TOP=8, KP=8, BLOCK_I=4, BLOCK_K=256, ESCAPES=16, HAS_SHARED_GATE=True, NORM_X=nx, ROUND=1,
-                      L2PF=pf, ASM=True, USE_PDL=True)  # fmt: skip
-        build(triton_pairs_packed._gate_up_pairs_packed_kernel, pk_types, consts, 4, 1,
-              aligned=("H", "I", "s_low_bytes", "s_nib_bytes"), programs=128 * 9, maxnreg=cap,
-              label=f"packed pairs gate_up norm_x={nx} l2pf={pf} maxnreg={cap}")  # fmt: skip
-    pd_types = {"h_ptr": BF, "low_ptr": "*u8", "nib_ptr": "*u8", "base_ptr": I32, "eptr_ptr": I32, "erow_ptr": I32,
-                "ecol_ptr": I32, "eval_ptr": F32, "s_low_ptr": "*u8", "s_nib_ptr": "*u8", "s_base_ptr": I32,
-                "s_eptr_ptr": I32, "s_erow_ptr": I32, "s_ecol_ptr": I32, "s_eval_ptr": F32, "ids_ptr": I32,
-                "out_ptr": BF}  # fmt: skip
-    for block_i, warps in ((128, 4), (64, 2)):
-        consts = dict(K_TOP=8, KP=8, BLOCK_I=block_i, ESCAPES=4, HAS_SHARED=True, ADD_OUT=True, ASM=True,
-                      USE_PDL=True)  # fmt: skip
-        build(triton_pairs_packed._down_pairs_packed_kernel, pd_types, consts, warps, 1, aligned=("H", "I"),
-              programs=2048, label=f"packed pairs down block_i={block_i}")  # fmt: skip
     dn = plan["down"]
     dn_types = {"h_ptr": BF, "wd_ptr": BF, "swd_ptr": BF, "ids_ptr": I32, "out_ptr": BF}
     for red, pre, fl in options:

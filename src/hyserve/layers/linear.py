@@ -22,8 +22,6 @@ class Linear(nn.Module):
         # an optional fusion that takes this projection over where it applies (returns None elsewhere):
         # layers/routed_projection.py
         self.fusion = None
-        # the weight's 12-bit copy, if ``--pack-weights`` made one (layers/packed_weights.py)
-        self.packed = None
         if parts:
             layout, row = [], 0
             for name, rows in parts:
@@ -41,10 +39,8 @@ class Linear(nn.Module):
         if self.fusion is not None and (y := self.fusion(x, norm, residual)) is not None:
             return y
         if norm is None:
-            return ops.linear(x, self.weight, residual=residual, packed=self.packed)
-        return ops.linear(
-            x, self.weight, norm_weight=norm.weight, norm_eps=norm.eps, residual=residual, packed=self.packed
-        )
+            return ops.linear(x, self.weight, residual=residual)
+        return ops.linear(x, self.weight, norm_weight=norm.weight, norm_eps=norm.eps, residual=residual)
 
     def extra_repr(self) -> str:
         return f"in={self.in_features}, out={self.out_features}"

@@ -39,8 +39,6 @@ class RoutedProjections:
         in_proj.weight.data = self.w_in[:n_in]
         out_proj.weight.data = self.w_out[num_experts:]
         self.n_in, self.num_experts, self.top_k = n_in, num_experts, moe.top_k
-        # w_in's and w_out's 12-bit copies, if ``--pack-weights`` made them (layers/packed_weights.py)
-        self.w_in_packed = self.w_out_packed = None
         # w_in's and w_out's fragment-ordered 12-bit copies for the tensor-core kernels, if made
         # (layers/mma_projections.py)
         self.w_in_mma = self.w_out_mma = None
@@ -64,9 +62,7 @@ class RoutedProjections:
         """The in-projection at one token: its output, ``W_r' h0`` kept; None (not taken) otherwise."""
         if norm is None or residual is not None or not rp.fast(x, self.w_in):
             return None
-        y = rp.project_in(
-            x, self.w_in, self.n_in, norm.weight, norm.eps, self._plans()[0], self.w_in_packed, self.w_in_mma
-        )
+        y = rp.project_in(x, self.w_in, self.n_in, norm.weight, norm.eps, self._plans()[0], self.w_in_mma)
         self._partial = y[:, self.n_in :]  # [1, E]: the router's rows
         return y[:, : self.n_in]
 
@@ -76,7 +72,7 @@ class RoutedProjections:
         if partial is None or norm is not None or residual is None:
             return None
         self._routing = rp.project_out_route(
-            a, self.w_out, residual, partial, self.top_k, self._plans()[1], self.w_out_packed, self.w_out_mma
+            a, self.w_out, residual, partial, self.top_k, self._plans()[1], self.w_out_mma
         )
         return residual
 

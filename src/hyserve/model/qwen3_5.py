@@ -273,9 +273,7 @@ class SparseMoeBlock(nn.Module):
         self.shared_expert = MLP(hidden, config.shared_expert_intermediate_size)
         self.shared_expert_gate = Linear(hidden, 1)
         self.routed = None  # layers/routed_projection.py: the routing the mixer's projections took, if any
-        self.packed = (
-            None  # layers/packed_weights.py: the experts' 12-bit copies, if --pack-weights made them
-        )
+        self.packed = None  # layers/mma_projections.py: the experts' 12-bit copies (--mma-experts)
 
     def forward(self, x: torch.Tensor, norm: RMSNorm, residual: torch.Tensor) -> torch.Tensor:
         """``residual + MoE(norm(x))``, added to the residual in place."""

@@ -5,10 +5,6 @@ Triton GEMV (``triton_kernel.py``) where ``configs/gemv.json`` has a plan for th
 not ``"cublas"``; everything else (prefill, bigger batches, shapes the sweep found cuBLAS faster on) goes to
 cuBLAS, after the Triton ``rms_norm`` when there is a norm, with the residual added in cuBLAS's epilogue
 (``addmm_``). The JSON is written by ``python -m hyserve.kernels.linear.bench --write`` on the GPU.
-
-A layer whose weight also has a 12-bit packed copy (``kernels/packed_bf16``, made at load with ``--pack-weights``)
-passes it as ``packed``: where ``configs/gemv_packed.json`` has a plan for the rows, the GEMV streams that copy
-instead (``triton_packed.py``, 0.75 of the bytes, the same values).
 """
 
 from __future__ import annotations
@@ -21,11 +17,9 @@ import torch
 
 from hyserve.kernels.dispatch import triton_enabled
 from hyserve.kernels.linear.reference import linear_reference
-from hyserve.kernels.packed_bf16 import PackedBF16
 from hyserve.kernels.rmsnorm import rms_norm
 
 CONFIG_PATH = Path(__file__).parent / "configs" / "gemv.json"
-PACKED_CONFIG_PATH = Path(__file__).parent / "configs" / "gemv_packed.json"
 GEMV_MAX_ROWS = 4  # rows of x the GEMV takes; more go to cuBLAS (a GEMM reuses each W tile across rows)
 _DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 
@@ -43,34 +37,14 @@ def gemv_plan(n: int, k: int) -> dict | None:
     return plan if isinstance(plan, dict) else None
 
 
-@functools.cache
-def _packed_plans() -> dict[str, dict]:
-    if not PACKED_CONFIG_PATH.exists():
-        return {}
-    return json.loads(PACKED_CONFIG_PATH.read_text())["plans"]
-
-
-def packed_gemv_plan(n: int, k: int) -> dict | None:
-    """The packed GEMV's tiles for a weight [n, k] (its own entry, else the table's default), or None."""
-    plans = _packed_plans()
-    return plans.get(f"{n}x{k}", plans.get("default"))
-
-
-def _gemv_choice(weight: torch.Tensor, packed: PackedBF16 | None, dtype: torch.dtype, rows: int):
-    """(plan, the weight it streams, the kernel) of the GEMV that takes ``rows`` rows: the packed copy's where
-    it has a plan (bf16 activations), else the weight's; (None, None, None) if neither has one."""
-    if packed is not None and dtype == torch.bfloat16:
-        plan = packed_gemv_plan(*weight.shape)
-        if plan is not None and rows <= plan.get("max_rows", GEMV_MAX_ROWS):
-            from hyserve.kernels.linear.triton_packed import gemv_packed_triton
-
-            return plan, packed, gemv_packed_triton
+def _gemv_choice(weight: torch.Tensor, rows: int):
+    """(plan, the kernel) of the GEMV that takes ``rows`` rows of x, or (None, None) if it has no plan."""
     plan = gemv_plan(*weight.shape)
     if plan is not None and rows <= plan.get("max_rows", GEMV_MAX_ROWS):
         from hyserve.kernels.linear.triton_kernel import gemv_triton
 
-        return plan, weight, gemv_triton
-    return None, None, None
+        return plan, gemv_triton
+    return None, None
 
 
 def linear(
@@ -80,11 +54,9 @@ def linear(
     norm_weight: torch.Tensor | None = None,
     norm_eps: float = 0.0,
     residual: torch.Tensor | None = None,
-    packed: PackedBF16 | None = None,
 ) -> torch.Tensor:
     """x [..., K], weight [N, K] -> [..., N]: ``[residual +] rms_norm(x) W^T`` (the contract of
-    ``linear_reference``; with a residual, it is updated in place and returned). ``packed``: the weight's
-    12-bit copy, streamed instead where its plan covers the rows."""
+    ``linear_reference``; with a residual, it is updated in place and returned)."""
     if residual is not None and residual.shape != (*x.shape[:-1], weight.shape[0]):
         raise ValueError(
             f"residual {tuple(residual.shape)} does not match the output {(*x.shape[:-1], weight.shape[0])}"
@@ -97,13 +69,13 @@ def linear(
         and weight.stride(-1) == 1
         and (residual is None or residual.is_contiguous())
     ):
-        plan, w, gemv = _gemv_choice(weight, packed, x.dtype, rows)
+        plan, gemv = _gemv_choice(weight, rows)
         if plan is not None:
             x2 = x.reshape(rows, x.shape[-1])
-            if x2.stride(-1) != 1 or (w is packed and x2.data_ptr() % 8):  # packed: x loads in 8-byte words
+            if x2.stride(-1) != 1:
                 x2 = x2.contiguous()
             r2 = residual.view(rows, weight.shape[0]) if residual is not None else None
-            y = gemv(x2, w, plan, norm_weight=norm_weight, norm_eps=norm_eps, residual=r2)
+            y = gemv(x2, weight, plan, norm_weight=norm_weight, norm_eps=norm_eps, residual=r2)
             return residual if residual is not None else y.reshape(*x.shape[:-1], weight.shape[0])
     if not fast:
         return linear_reference(x, weight, norm_weight=norm_weight, norm_eps=norm_eps, residual=residual)
@@ -115,4 +87,4 @@ def linear(
     return residual
 
 
-__all__ = ["GEMV_MAX_ROWS", "gemv_plan", "linear", "linear_reference", "packed_gemv_plan"]
+__all__ = ["GEMV_MAX_ROWS", "gemv_plan", "linear", "linear_reference"]

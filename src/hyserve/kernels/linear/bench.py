@@ -8,10 +8,6 @@ overflow the L2; GB/s and % of 4.0 TB/s. ``--write`` stores the winner per shape
 ``--max-rows [--write]``: per shape, the committed plan against cuBLAS at 1..4 rows; the plan's ``max_rows``
 becomes the last row count before the first at which cuBLAS wins by more than ``NORM_US`` (the cuBLAS path
 runs the pre-norm as a launch of its own, which the GEMV fuses).
-
-``--packed``: per shape, the GEMV over the 12-bit format (``triton_packed.py``, ``kernels/packed_bf16``) for
-every tile config against the committed bf16 plan on the same values: time, the packed bytes' GB/s and the
-time against the bf16 plan's (the format moves 0.75 of the bytes, so 0.75 is the most it can give).
 """
 
 from __future__ import annotations
@@ -26,8 +22,6 @@ import torch.nn.functional as F
 from hyserve.kernels.gated_delta_rule.bench import COLD_BYTES, DEVICE, DTYPE, HBM, Cycle, fmt, time_ms
 from hyserve.kernels.linear import CONFIG_PATH, GEMV_MAX_ROWS
 from hyserve.kernels.linear.triton_kernel import gemv_triton
-from hyserve.kernels.linear.triton_packed import gemv_packed_triton
-from hyserve.kernels.packed_bf16 import pack_bf16
 
 # Qwen3.6-35B-A3B: DeltaNet in_proj (qkv|z|b|a), DeltaNet out_proj and attention o_proj, attention qkv,
 # the LM head
@@ -46,18 +40,6 @@ def configs(block_k: tuple[int, ...] = (256, 512, 1024), tma: tuple[int, ...] = 
         if n * k >= 512 and n * k <= 64 * 32 * w:
             out.append({"BLOCK_N": n, "BLOCK_K": k, "num_warps": w, "TMA": st})
     return out
-
-
-def packed_configs() -> list[dict]:
-    """Tiles of the packed GEMV: one 8-element group a thread (BLOCK_N * BLOCK_K = 256 x num_warps, which keeps
-    its loads in one layout), and two with more rows a program, whose loads Triton shuffles through shared
-    memory (for the comparison); ESCAPES 8 and 16."""
-    out = [{"BLOCK_N": 1, "BLOCK_K": 256 * w, "num_warps": w} for w in (2, 4, 8)]
-    out += [{"BLOCK_N": 2, "BLOCK_K": 1024, "num_warps": 8}, {"BLOCK_N": 4, "BLOCK_K": 256, "num_warps": 4}]
-    return out + [
-        {"BLOCK_N": 1, "BLOCK_K": 1024, "num_warps": 4, "ESCAPES": 8},
-        {"BLOCK_N": 1, "BLOCK_K": 1024, "num_warps": 4, "UNROLL": 2},
-    ]
 
 
 def bench_shape(n: int, k: int, rows: int, cands: list[dict]) -> tuple[list[dict], dict | str]:
@@ -94,60 +76,6 @@ def bench_shape(n: int, k: int, rows: int, cands: list[dict]) -> tuple[list[dict
         if ms < best[0]:
             best = (ms, cfg)
     return rows_out, best[1]
-
-
-def bench_packed(n: int, k: int, rows: int, cands: list[dict]) -> list[dict]:
-    """The packed GEMV's configs at one shape against the committed bf16 plan (or cuBLAS), the same values."""
-    from hyserve.kernels.linear import gemv_plan
-
-    gen = torch.Generator(device=DEVICE).manual_seed(n + k)
-    copies = max(1, min(32, COLD_BYTES // (n * k * 2))) if DEVICE == "cuda" else 1
-    xs = [torch.randn(rows, k, device=DEVICE, generator=gen).to(DTYPE) for _ in range(copies)]
-    ws = [(torch.randn(n, k, device=DEVICE, generator=gen) * k**-0.5).bfloat16() for _ in range(copies)]
-    packs = [pack_bf16(w) for w in ws]
-    ws = [w.to(DTYPE) for w in ws]
-    ref = F.linear(xs[0], ws[0]).float()
-    plan = gemv_plan(n, k)
-    if plan is not None and DEVICE == "cuda":
-        base_ms = time_ms(Cycle(gemv_triton, list(zip(xs, ws)), cfg=plan))
-    else:
-        base_ms = time_ms(Cycle(F.linear, list(zip(xs, ws))))
-    escapes = packs[0].escapes / (n * k)
-    out = [
-        dict(
-            shape=f"{n}x{k}", cfg=f"bf16 {plan or 'cublas'}", us=base_ms * 1e3, gbs=n * k * 2 / base_ms / 1e6
-        )
-    ]
-    for cfg in cands:
-        try:
-            got = gemv_packed_triton(xs[0], packs[0], cfg).float()
-        except Exception as e:  # noqa: BLE001 - a tile the compiler rejects: report, go on
-            print(f"{n}x{k} packed {cfg}: {type(e).__name__}: {str(e)[:200]}", flush=True)
-            continue
-        err = ((got - ref).norm() / ref.norm()).item()
-        if not err < 1e-2:
-            raise AssertionError(f"{n}x{k} packed {cfg}: rel err {err}")
-        ms = time_ms(Cycle(gemv_packed_triton, list(zip(xs, packs)), cfg=cfg))
-        out.append(
-            dict(
-                shape=f"{n}x{k}",
-                cfg=f"packed {cfg}",
-                us=ms * 1e3,
-                gbs=packs[0].nbytes / ms / 1e6,
-                vs_bf16=ms / base_ms,
-                escapes_ppm=escapes * 1e6,
-            )  # fmt: skip
-        )
-    return out
-
-
-def main_packed(rows: int, shapes, cands: list[dict]) -> None:
-    table = []
-    for n, k in shapes:
-        out = bench_packed(n, k, rows, cands)
-        table += out[:1] + sorted(out[1:], key=lambda r: r["us"])[:5]
-        print(fmt(table[-6:]), flush=True)
-    print(fmt(table))
 
 
 NORM_US = 2.0  # what the separate norm launch of the cuBLAS path costs at these shapes (a GEMV plan fuses it)
@@ -196,7 +124,6 @@ def main() -> None:
     parser.add_argument(
         "--max-rows", action="store_true", help="the committed plans against cuBLAS at 1..4 rows"
     )
-    parser.add_argument("--packed", action="store_true", help="the 12-bit packed GEMV against the bf16 plans")
     args = parser.parse_args()
     tma = tuple(int(t) for t in args.tma.split(",") if t)
     cands = configs(tuple(int(k) for k in args.block_k.split(",")), tma)
@@ -207,8 +134,6 @@ def main() -> None:
         return main_max_rows(args.write, shapes)
     if DEVICE != "cuda" or args.quick:
         cands, shapes = [{"BLOCK_N": 4, "BLOCK_K": 64, "num_warps": 4}], ((96, 80),)
-    if args.packed:
-        return main_packed(args.rows, shapes, cands if DEVICE != "cuda" or args.quick else packed_configs())
     plans, table = {}, []
     for n, k in shapes:
         rows, best = bench_shape(n, k, args.rows, cands)

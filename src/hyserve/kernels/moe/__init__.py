@@ -20,7 +20,6 @@ from hyserve.kernels.moe.reference import fused_moe_reference, route_reference
 
 if TYPE_CHECKING:
     from hyserve.kernels.moe.mma_experts import MmaExperts
-    from hyserve.kernels.moe.triton_pairs_packed import PackedExperts
 
 _DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 
@@ -39,17 +38,17 @@ def fused_moe(
     norm_eps: float = 0.0,
     residual: torch.Tensor | None = None,
     routing: tuple[torch.Tensor, torch.Tensor] | None = None,
-    packed: PackedExperts | MmaExperts | None = None,
+    packed: MmaExperts | None = None,
 ) -> torch.Tensor:
     """x: [..., H] -> [..., H] in x's dtype (the contract of ``fused_moe_reference``: the block's pre-norm
     and, with a residual, the residual add in place, the residual returned). ``routing`` (topk_ids [T, k] int32, their raw
     logits [T, k] fp32 before the pre-norm's rstd): taken by ``kernels/routed_projection``; no router runs.
-    ``packed``: the experts' 12-bit copies (``pack_experts``, or ``mma_experts.pack_mma_experts``' copies),
-    streamed instead by the few-token kernels."""
+    ``packed``: the experts' 12-bit copies (``mma_experts.pack_mma_experts``), streamed instead where their
+    kernels take the call."""
     if residual is not None and residual.shape != x.shape:
         raise ValueError(f"residual {tuple(residual.shape)} must have x's shape {tuple(x.shape)}")
     weights = (gate_weight, w_gate_up, w_down, top_k, shared_gate_up, shared_down, shared_expert_gate)
-    released = getattr(packed, "released", False)  # only the 12-bit copies are left (--mma-experts-only)
+    released = packed is not None and packed.released  # only the 12-bit copies are left (--mma-experts-only)
     if released and not (
         x.is_cuda and triton_enabled(x, gate_weight) and (residual is None or residual.is_contiguous())
     ):

@@ -175,23 +175,8 @@ PAIRS_DOWN = [
 ]
 
 
-PACKED_GATE_UP = [
-    {"BLOCK_I": 4, "BLOCK_K": 256, "num_warps": 4, "maxnreg": 56},
-    {"BLOCK_I": 4, "BLOCK_K": 256, "num_warps": 4},
-    {"BLOCK_I": 8, "BLOCK_K": 128, "num_warps": 4, "maxnreg": 56},
-    {"BLOCK_I": 2, "BLOCK_K": 256, "num_warps": 2},
-]
-PACKED_DOWN = [
-    {"BLOCK_I": 64, "num_warps": 2},
-    {"BLOCK_I": 128, "num_warps": 4},
-    {"BLOCK_I": 32, "num_warps": 1},
-]
-
-
 def pairs_times(top_k: int = 8) -> list[tuple[str, dict, float, float, float]]:
-    """(kernel, cfg, us per launch, % of its bytes' floor at 4.0 TB/s, max |diff| vs the first cfg) at T=1;
-    then the kernels over the 12-bit packed experts (``triton_pairs_packed.py``, "gate_up_pk" / "down_pk": the
-    floor is still the bf16 bytes', so a packed kernel can pass 100%, up to 133)."""
+    """(kernel, cfg, us per launch, % of its bytes' floor at 4.0 TB/s, max |diff| vs the first cfg) at T=1."""
     from hyserve.kernels.moe.routing import route_topk
     from hyserve.kernels.moe.triton_pairs import down_pairs, gate_up_pairs
 
@@ -206,43 +191,18 @@ def pairs_times(top_k: int = 8) -> list[tuple[str, dict, float, float, float]]:
             x, lay["w_gate_up"], lay["shared_gate_up"], lay["shared_expert_gate"], *route, cfg
         )
 
-    from hyserve.kernels.moe.triton_pairs_packed import down_pairs_packed, gate_up_pairs_packed, pack_experts
-
-    packs = [
-        pack_experts(lay["w_gate_up"], lay["w_down"], lay["shared_gate_up"], lay["shared_down"])
-        for lay in layers
-    ]
     hs = [gate_up(lay, r, PAIRS_GATE_UP[0]) for lay, r in zip(layers, routes)]
     out = []
-    kinds = (
-        ("gate_up", PAIRS_GATE_UP),
-        ("down", PAIRS_DOWN),
-        ("gate_up_pk", PACKED_GATE_UP),
-        ("down_pk", PACKED_DOWN),
-    )
-    firsts = {}
-    for kind, cfgs in kinds:
-        nbytes = (top_k + 1) * expert_bytes // (1 if kind.startswith("gate_up") else 2)
-        first = firsts.get(kind.removesuffix("_pk"))
+    for kind, cfgs in (("gate_up", PAIRS_GATE_UP), ("down", PAIRS_DOWN)):
+        nbytes = (top_k + 1) * expert_bytes // (1 if kind == "gate_up" else 2)
+        first = None
         for cfg in cfgs:
             if kind == "gate_up":
                 fn = lambda cfg=cfg: [gate_up(lay, r, cfg) for lay, r in zip(layers, routes)]  # noqa: E731
-            elif kind == "down":
+            else:
                 fn = lambda cfg=cfg: [  # noqa: E731
                     down_pairs(h, lay["w_down"], lay["shared_down"], r[0], cfg)
                     for lay, r, h in zip(layers, routes, hs)
-                ]
-            elif kind == "gate_up_pk":
-                fn = lambda cfg=cfg: [  # noqa: E731
-                    gate_up_pairs_packed(
-                        x, pk.gate_up, pk.inter, pk.shared_gate_up, lay["shared_expert_gate"], *r, cfg
-                    )
-                    for lay, r, pk in zip(layers, routes, packs)
-                ]
-            else:
-                fn = lambda cfg=cfg: [  # noqa: E731
-                    down_pairs_packed(h, pk.down, pk.shared_down, r[0], cfg)
-                    for r, h, pk in zip(routes, hs, packs)
                 ]
             try:
                 res = fn()[0].clone()
@@ -250,7 +210,6 @@ def pairs_times(top_k: int = 8) -> list[tuple[str, dict, float, float, float]]:
                 print(f"{kind:8s} {cfg} failed: {type(e).__name__}: {str(e)[:200]}", flush=True)
                 continue
             first = res if first is None else first
-            firsts.setdefault(kind, first)
             diff = (res.float() - first.float()).abs().max().item()
             us = time_ms(fn, graph=True) * 1e3 / PAIRS_LAYERS
             out.append((kind, cfg, us, 100 * nbytes / (us * 1e-6) / HBM_BPS, diff))

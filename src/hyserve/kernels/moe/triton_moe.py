@@ -28,10 +28,6 @@ stall on a compilation (seen on the H200: ~2 s in the middle of the c=32 benchma
 
 from __future__ import annotations
 
-import functools
-import json
-from pathlib import Path
-
 import torch
 import torch.nn.functional as F
 
@@ -50,7 +46,6 @@ from hyserve.kernels.moe.routing import route_and_align, route_topk, small_routi
 from hyserve.kernels.moe.triton_decode import MAX_REDUCE_TOKENS, down_reduce
 from hyserve.kernels.moe.triton_gate_up import gate_up
 from hyserve.kernels.moe.triton_pairs import down_pairs, gate_up_pairs
-from hyserve.kernels.moe.triton_pairs_packed import PackedExperts, down_pairs_packed, gate_up_pairs_packed
 from hyserve.kernels.moe.triton_prefill import down_scatter_sum, sum_rows
 from hyserve.kernels.rmsnorm import rms_norm
 
@@ -58,27 +53,6 @@ PREFILL_CHUNK = 8192
 # the routing block sizes of a block whose bf16 experts were released (``MmaExperts.released``): the plan's,
 # clamped into the grouped 12-bit kernels' range (few-token plans' GEMV blocks go to 16, prefills' 128 to 64)
 COPIES_BLOCK_MS = (16, 32, 64)
-PACKED_PLAN_PATH = Path(__file__).parent / "configs" / "packed_pairs.json"
-
-
-@functools.cache
-def _packed_tiles() -> dict | None:
-    return json.loads(PACKED_PLAN_PATH.read_text()) if PACKED_PLAN_PATH.exists() else None
-
-
-def _packed_plan(packed: PackedExperts | None, x: torch.Tensor, fuse_shared: bool) -> dict | None:
-    """The few-token packed kernels' tiles where they take this call: packed experts with their shared expert
-    folded in exactly when the bf16 path folds it, bf16 x loadable in 8-byte words, tiles that divide the
-    shapes."""
-    if packed is None or x.dtype != torch.bfloat16 or (packed.shared_gate_up is not None) != fuse_shared:
-        return None
-    tiles = _packed_tiles()
-    if tiles is None or x.data_ptr() % 8 or x.stride(0) % 4:
-        return None
-    gu, dn, H = tiles["gate_up"], tiles["down"], x.shape[1]
-    if H % gu["BLOCK_K"] or packed.inter % gu["BLOCK_I"] or packed.inter % dn["BLOCK_I"]:
-        return None
-    return tiles
 
 
 def _copies_plan(plan: dict) -> dict:
@@ -124,12 +98,11 @@ def fused_moe_triton(
     norm_eps: float = 0.0,
     residual: torch.Tensor | None = None,
     routing: tuple[torch.Tensor, torch.Tensor] | None = None,
-    packed: PackedExperts | MmaExperts | None = None,
+    packed: MmaExperts | None = None,
 ) -> torch.Tensor:
-    """x [T, H] -> [T, H] in x's dtype. ``packed``: the experts' 12-bit copies: ``--pack-weights``' (``PackedExperts``),
-    which the few-token path streams instead where ``configs/packed_pairs.json`` has tiles (bf16, the top-k as ids); or
-    ``--mma-experts``' (``MmaExperts``), which the grouped path streams where ``mma_grouped.PLANS`` has its block
-    size, and a one-token step with a given routing through ``mma_pairs``. ``plan`` overrides the tile plan
+    """x [T, H] -> [T, H] in x's dtype. ``packed``: the experts' 12-bit copies (``--mma-experts``), which the grouped
+    path streams where ``mma_grouped.PLANS`` has its block size, and a one-token step with a given routing through
+    ``mma_pairs``. ``plan`` overrides the tile plan
     (tests, tuning). With ``norm_weight`` the block's input is ``rms_norm(x)`` (inside the fused router where the
     plan takes it); with ``residual`` [T, H] (contiguous) the output is added to it in the down kernel and it is
     returned.
@@ -216,15 +189,8 @@ def fused_moe_triton(
             x = rt.normed_x if norm_weight is not None else x
         else:
             ids, weights = route_topk(F.linear(x, gate_weight), top_k, x.dtype)
-        pplan = _packed_plan(packed, x, fuse_shared) if not kw and isinstance(packed, PackedExperts) else None
         args = (x, w_gate_up, sgu, sg, ids, weights, plan["gate_up"])
-        if pplan is not None:
-            h = gate_up_pairs_packed(x, packed.gate_up, packed.inter, packed.shared_gate_up, sg, ids, weights,
-                                     pplan["gate_up"], **routed_norm)  # fmt: skip
-            res = down_pairs_packed(
-                h, packed.down, packed.shared_down, ids, pplan["down"], out=target, add_out=add_out
-            )
-        elif routing is not None and fuse_shared and gate_up_pairs_mma_takes(packed, x, ids):
+        if routing is not None and fuse_shared and gate_up_pairs_mma_takes(packed, x, ids):
             nw, eps = routed_norm["norm_weight"], routed_norm["norm_eps"]
             h = gate_up_pairs_mma(x, packed, ids.contiguous(), weights.contiguous(), nw, eps, sg)
         elif (
@@ -233,12 +199,12 @@ def fused_moe_triton(
             h = gate_up_pairs(*args, part="routed", h=gate_up_pairs(*args, part="shared", **kw), **kw)
         else:
             h = gate_up_pairs(*args, **kw, **routed_norm)
-        if pplan is None and not kw and fuse_shared and down_pairs_mma_takes(packed, h, ids):
+        if not kw and fuse_shared and down_pairs_mma_takes(packed, h, ids):
             res = down_pairs_mma(h, packed, ids.contiguous(), out=target, add_out=add_out)
-        elif pplan is None:
+        else:
             res = down_pairs(h, w_down, sd, ids, plan["down"], out=target, add_out=add_out, **kw)
     else:
-        mma = packed if isinstance(packed, MmaExperts) and fuse_shared and x.dtype == torch.bfloat16 else None
+        mma = packed if packed is not None and fuse_shared and x.dtype == torch.bfloat16 else None
         res = _grouped(
             x, gate_weight, w_gate_up, w_down, top_k, sgu, sd, sg, plan, force_large_routing, target, add_out, mma
         )  # fmt: skip

@@ -17,9 +17,8 @@ from __future__ import annotations
 import torch
 
 from hyserve.kernels.dispatch import triton_enabled
-from hyserve.kernels.linear import gemv_plan, packed_gemv_plan  # module globals: tests patch them
+from hyserve.kernels.linear import gemv_plan  # a module global: tests patch it
 from hyserve.kernels.mma_gemv import MmaPackedBF16, gemv_mma, mma_plan
-from hyserve.kernels.packed_bf16 import PackedBF16
 from hyserve.kernels.routed_projection.reference import (
     build_router_rows,
     project_in_reference,
@@ -56,13 +55,11 @@ def project_in(
     norm_weight: torch.Tensor,
     norm_eps: float,
     plan: dict | None,
-    packed: PackedBF16 | None = None,
     mma: MmaPackedBF16 | None = None,
 ) -> torch.Tensor:
-    """See ``project_in_reference``: x h0 [T, H], weight [n + E, H] -> [T, n + E]. ``packed``: the weight's
-    12-bit copy, streamed instead where the packed GEMV has a plan whose row blocks divide n (bf16 x); ``mma``:
-    its fragment-ordered 12-bit copy, streamed by ``kernels/mma_gemv`` where that has a plan (bf16, n in
-    16-row tiles), before any other."""
+    """See ``project_in_reference``: x h0 [T, H], weight [n + E, H] -> [T, n + E]. ``mma``: the weight's
+    fragment-ordered 12-bit copy, streamed by ``kernels/mma_gemv`` where that has a plan (bf16, n in 16-row
+    tiles)."""
     if plan is not None and fast(x, weight, norm_weight):
         if (
             mma is not None
@@ -73,14 +70,6 @@ def project_in(
             mma_gemv_plan = mma_plan(*weight.shape)
             if mma_gemv_plan is not None:
                 return gemv_mma(x, mma, mma_gemv_plan, norm_weight=norm_weight, norm_eps=norm_eps, raw_from=n)
-        packed_plan = packed_gemv_plan(*weight.shape) if packed is not None else None
-        ok = packed_plan is not None and x.dtype == torch.bfloat16 and x.data_ptr() % 8 == 0
-        if ok and n % packed_plan["BLOCK_N"] == 0:
-            from hyserve.kernels.linear.triton_packed import gemv_packed_triton
-
-            return gemv_packed_triton(
-                x, packed, packed_plan, norm_weight=norm_weight, norm_eps=norm_eps, raw_from=n
-            )
         from hyserve.kernels.linear.triton_kernel import gemv_triton
 
         return gemv_triton(x, weight, plan, norm_weight=norm_weight, norm_eps=norm_eps, raw_from=n)
@@ -94,14 +83,12 @@ def project_out_route(
     partial: torch.Tensor,
     top_k: int,
     plan: dict | None,
-    packed: PackedBF16 | None = None,
     mma: MmaPackedBF16 | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """See ``project_out_route_reference``: a [T, Hv], weight [E + H, Hv], residual [T, H] (updated in place),
-    partial [T, E] -> (topk_ids [T, k] int32, their raw logits [T, k] fp32). ``packed``: the weight's 12-bit
-    copy, streamed instead where the packed table has a one-row plan whose tiles divide its column slices;
-    ``mma``: its fragment-ordered copy, streamed by ``mma_kernel.py`` where the mma table's plan for the shape
-    has a KSPLIT (bf16), before any other."""
+    partial [T, E] -> (topk_ids [T, k] int32, their raw logits [T, k] fp32). ``mma``: the weight's
+    fragment-ordered 12-bit copy, streamed by ``mma_kernel.py`` where the mma table's plan for the shape has a
+    KSPLIT (bf16)."""
     if (
         plan is not None
         and fast(a, weight, residual, partial)
@@ -114,23 +101,10 @@ def project_out_route(
             from hyserve.kernels.routed_projection.mma_kernel import project_out_route_mma
 
             return project_out_route_mma(a.contiguous(), mma, residual, partial, top_k, mma_route_plan)
-        packed_plan = packed_gemv_plan(*weight.shape) if packed is not None else None
-        if _packed_route_fits(packed_plan, a, weight.shape[1]):
-            from hyserve.kernels.routed_projection.triton_packed import project_out_route_packed
-
-            return project_out_route_packed(a, packed, residual, partial, top_k, packed_plan)
         from hyserve.kernels.routed_projection.triton_kernel import project_out_route_triton
 
         return project_out_route_triton(a, weight, residual, partial, top_k, plan)
     return project_out_route_reference(a, weight, residual, partial, top_k)
-
-
-def _packed_route_fits(plan: dict | None, a: torch.Tensor, k: int) -> bool:
-    """Whether the packed routing out-projection takes a [1, k] input under ``plan``: one row a program, BLOCK_K
-    dividing each of the M_SPLIT column slices, bf16 a loadable in 8-byte words."""
-    if plan is None or plan["BLOCK_N"] != 1 or a.dtype != torch.bfloat16 or a.data_ptr() % 8:
-        return False
-    return k % (int(plan.get("M_SPLIT", 1)) * plan["BLOCK_K"]) == 0 and plan["BLOCK_K"] % 8 == 0
 
 
 __all__ = [

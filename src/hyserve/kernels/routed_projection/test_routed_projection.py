@@ -194,33 +194,3 @@ def test_plans_prefer_the_extended_shapes(monkeypatch):
     assert rp.plans(40, 64, 96, 128, 16) is None  # 16 does not divide n_in = 40
     del table[(56, 64)], table[(96, 128)], table[(112, 128)]
     assert rp.plans(40, 64, 96, 128, 16) is None
-
-
-@pytest.mark.parametrize("split", [1, 2])
-@pytest.mark.parametrize("dtype", [torch.float32] + ([torch.bfloat16] if CUDA else []))
-def test_project_out_route_packed(split, dtype):
-    """[M; W_o] in the 12-bit format (``triton_packed.py``): the reference's top-k and h1 on the unpacked values,
-    escapes in both M's column slices and W_o's rows."""
-    from hyserve.kernels.packed_bf16 import pack_bf16, unpack_bf16
-    from hyserve.kernels.routed_projection.triton_packed import project_out_route_packed
-
-    H, Hv, n_in, E, top_k = (64, 128, 40, 16, 4) if not CUDA else (2048, 4096, 12352, 256, 8)
-    lay = Layer(H, Hv, n_in, E, dtype, seed=3)
-    w = lay.w_o_ext.to(torch.bfloat16)
-    w[0, :9] = 0.0  # escapes: M's first row in slice 0 (and 1 with split 2), a W_o row
-    w[0, Hv - 3 :] = 0.0
-    w[E + 5, 7::11] = 1e-30
-    packed = pack_bf16(w)
-    assert packed.escapes > 10
-    weights = unpack_bf16(packed).to(dtype)
-    partial = project_in_reference(lay.h0, lay.w_in_ext, n_in, lay.g_in, 1e-6)[:, n_in:]
-    h_ref, h = lay.h0.clone(), lay.h0.clone()
-    bk = 32 if not CUDA else 1024
-    ids, top = project_out_route_packed(
-        lay.a, packed, h, partial, top_k, dict(BLOCK_K=bk, M_SPLIT=split, ESCAPES=4)
-    )
-    ref_ids, ref_top = project_out_route_reference(lay.a, weights, h_ref, partial, top_k)
-    assert rel_err(h, h_ref) < TOL[dtype]
-    assert torch.equal(ids, ref_ids)
-    assert rel_err(top, ref_top) < TOL[torch.float32]
-    assert not ticket_counters("routed projection", lay.a.device, 1).any()
