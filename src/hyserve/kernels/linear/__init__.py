@@ -37,16 +37,6 @@ def gemv_plan(n: int, k: int) -> dict | None:
     return plan if isinstance(plan, dict) else None
 
 
-def _gemv_choice(weight: torch.Tensor, rows: int):
-    """(plan, the kernel) of the GEMV that takes ``rows`` rows of x, or (None, None) if it has no plan."""
-    plan = gemv_plan(*weight.shape)
-    if plan is not None and rows <= plan.get("max_rows", GEMV_MAX_ROWS):
-        from hyserve.kernels.linear.triton_kernel import gemv_triton
-
-        return plan, gemv_triton
-    return None, None
-
-
 def linear(
     x: torch.Tensor,
     weight: torch.Tensor,
@@ -69,13 +59,15 @@ def linear(
         and weight.stride(-1) == 1
         and (residual is None or residual.is_contiguous())
     ):
-        plan, gemv = _gemv_choice(weight, rows)
-        if plan is not None:
+        plan = gemv_plan(*weight.shape)
+        if plan is not None and rows <= plan.get("max_rows", GEMV_MAX_ROWS):
+            from hyserve.kernels.linear.triton_kernel import gemv_triton
+
             x2 = x.reshape(rows, x.shape[-1])
             if x2.stride(-1) != 1:
                 x2 = x2.contiguous()
             r2 = residual.view(rows, weight.shape[0]) if residual is not None else None
-            y = gemv(x2, weight, plan, norm_weight=norm_weight, norm_eps=norm_eps, residual=r2)
+            y = gemv_triton(x2, weight, plan, norm_weight=norm_weight, norm_eps=norm_eps, residual=r2)
             return residual if residual is not None else y.reshape(*x.shape[:-1], weight.shape[0])
     if not fast:
         return linear_reference(x, weight, norm_weight=norm_weight, norm_eps=norm_eps, residual=residual)

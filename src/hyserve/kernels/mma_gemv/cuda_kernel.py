@@ -2,8 +2,8 @@
 
 Why not Triton: a GEMV over the 12-bit format has to decode every weight, and the FMA form issues ~69
 instructions per 8-element group (the Triton form that ``--pack-weights`` had, removed after it timed slower than
-the bf16 plan although it moves 0.75 of the bytes); Triton's tensor-core forms take the A operand through shared memory in 64-row tiles (slower
-still, docs/performance.md). Here each thread decodes its eight weights of a k16 step straight into
+the bf16 plan although it moves 0.75 of the bytes); Triton's tensor-core forms take the A operand through shared
+memory in 64-row tiles (slower still, docs/performance.md). Here each thread decodes its eight weights of a k16 step straight into
 ``mma.m16n8k16``'s A registers (8 integer ops and 4 ``prmt``), with x as the B operand (every one of its 8
 columns the same x; column 0 of C is read): ~2.5 instructions an element in the sm_90 build.
 
