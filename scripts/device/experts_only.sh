@@ -18,7 +18,7 @@ tests() {
   echo "tests rc=$? $(grep -E '(passed|failed|error)' "$OUT/t_only.log" | tail -n 1)"
   grep -E "^(FAILED|ERROR)" "$OUT/t_only.log" | head -n 5
 }
-[ "${PART:-1}" = 3 ] && TESTS_K="only_the_copies or one_token_over_the_copies" tests  # the rest passed at ff60887
+[ "${PART:-1}" = 3 ] && TESTS_K="only_the_copies or one_token_over_the_copies or keep_the_bf16" tests  # the rest passed at ff60887
 if [ "${PART:-1}" != 1 ]; then
   if [ "$mem" -gt 100000 ]; then
     TAILN=8 run verify 300 python3 -m hyserve verify --model $M --load-format dummy --kv-cache-memory-gb 4 \

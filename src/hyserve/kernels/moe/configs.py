@@ -16,6 +16,9 @@ of the layer: gate_up is E x N=2I x K=H, down is E x N=H x K=I). The file maps a
                                     # before the routed pairs', which then stream before their PDL wait
      "topk_in_experts": false,      # optional, "pairs" + fused_router: the router stops at the logits and
                                     # the expert kernels take each token's top-k (no ticket, no ids trip)
+     "mma_grouped": true,           # optional, with --mma-experts: false keeps this bucket's grouped
+                                    # kernels on the bf16 weights where ``mma_grouped.PLANS`` would take the
+                                    # 12-bit copies (ignored once the bf16 experts are released)
      "gate_up": {"BLOCK_I": 16, "BLOCK_K": 256, "num_warps": 4, "num_stages": 4},
      "down": {"BLOCK_H": 16, "BLOCK_K": 128, "num_warps": 4, "num_stages": 4}}
 

@@ -181,6 +181,26 @@ def test_fused_moe_over_the_copies_matches_the_bf16_path(experts):
         assert rel_err(mma.float(), bf16.float()) < 1e-2, T
 
 
+def test_a_plan_can_keep_the_bf16_weights(experts):
+    """A bucket's ``"mma_grouped": false`` runs the bf16 kernels although the copies exist: the same bits as
+    without the copies, where the copies' path differs from them."""
+    from hyserve.kernels.moe.configs import get_plan
+    from hyserve.kernels.moe.triton_moe import fused_moe_triton
+
+    w, shared, sg, packed = experts
+    wd, sd = unpack_mma_down(packed)
+    gen = torch.Generator(device="cuda").manual_seed(19)
+    gate = (torch.randn(E, HIDDEN, generator=gen, device="cuda") * HIDDEN**-0.5).bfloat16()
+    x = torch.randn(1024, HIDDEN, generator=gen, device="cuda").bfloat16()
+    plan = get_plan(1024, E, HIDDEN, INTER, TOP_K, torch.bfloat16)
+    args = (x, gate, w, wd, TOP_K, shared, sd, sg)
+    bf16 = fused_moe_triton(*args, plan=plan)
+    kept = fused_moe_triton(*args, plan={**plan, "mma_grouped": False}, packed=packed)
+    copies = fused_moe_triton(*args, plan=plan, packed=packed)
+    assert torch.equal(kept, bf16)
+    assert not torch.equal(copies, bf16)
+
+
 def test_fused_moe_with_only_the_copies_matches_the_bf16_path(experts):
     """``--mma-experts-only``: the bf16 routed experts are zero-byte views, so every token count must take the
     copies: the few-token pairs plans (T <= 8) and the prefills' BLOCK_M 128 (T >= ~2048) re-planned onto the grouped

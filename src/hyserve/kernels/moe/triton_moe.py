@@ -255,7 +255,10 @@ def _grouped(
             logits, top_k, bm, with_shared, x.dtype, force_large=force_large_routing, atomic=atomic
         )
     routed = (rt.topk_weights, rt.sorted_pairs, rt.meta, rt.max_blocks, bm)
-    if mma is not None and grouped_mma_takes(mma, bm, x.shape[1]):
+    # a bucket's plan may keep the bf16 weights where they stream faster than the copies decode; a block with only
+    # its copies has no choice
+    copies_win = mma is not None and (mma.released or plan.get("mma_grouped", True))
+    if copies_win and grouped_mma_takes(mma, bm, x.shape[1]):
         h = gate_up_grouped_mma(x, mma, shared_expert_gate, *routed)
         if mma.down is not None and not reduce:
             y = down_grouped_mma(h, mma, *routed)
