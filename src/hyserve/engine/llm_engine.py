@@ -139,6 +139,10 @@ class LLMEngine:
         self.eos_token_ids = load_eos_token_ids(model_dir, self.config, self.tokenizer)
         start = time.perf_counter()
         torch.manual_seed(args.seed)
+        if args.mma_experts_only:
+            from hyserve.layers.mma_projections import expandable_memory
+
+            expandable_memory()
         self.model = build_model(
             self.config,
             model_dir,

@@ -15,6 +15,7 @@ without (``triton_moe`` re-plans their token counts onto the grouped 12-bit kern
 
 from __future__ import annotations
 
+import logging
 from dataclasses import replace
 
 import torch
@@ -29,6 +30,8 @@ from hyserve.kernels.moe.mma_experts import (
     unpack_mma_experts,
 )
 from hyserve.layers.sources import get_sources, resolve_key
+
+log = logging.getLogger(__name__)
 
 
 def prepare_mma_projections(model: nn.Module) -> int:
@@ -79,6 +82,20 @@ def prepare_mma_experts(model: nn.Module, release: bool = False) -> int:
     if release and torch.cuda.is_available():
         torch.cuda.empty_cache()  # the KV cache is sized from the driver's free memory
     return total
+
+
+def expandable_memory() -> None:
+    """Let the CUDA caching allocator give released pages back to the driver (expandable segments), for
+    ``prepare_mma_experts(release=True)``: set before the model is built. Without it each released 1.07 GB expert
+    tensor's segment is reused in part by the copies and the packing's temporaries, and the remainder (~11-16 GB of
+    the full model) stays reserved where ``mem_get_info`` cannot see it, so the KV cache sized from the driver's
+    free memory came out near zero on an H100 (docs/performance.md, 2026-12-07)."""
+    try:
+        torch.cuda.memory._set_allocator_settings("expandable_segments:True")
+    except (AttributeError, RuntimeError) as exc:  # a torch without the setting: the cache is only smaller
+        log.warning(
+            "expandable CUDA memory segments unavailable (%s): the released experts may stay reserved", exc
+        )
 
 
 def copies_take_every_path(packed: MmaExperts, hidden: int) -> bool:
