@@ -129,14 +129,15 @@ def _prmt(a: torch.Tensor, b: torch.Tensor, sel: int) -> torch.Tensor:
 
 
 @torch.no_grad()
-def emulate_decode(packed: MmaPackedBF16) -> torch.Tensor:
+def emulate_decode(packed: MmaPackedBF16, t0: int = 0, t1: int | None = None) -> torch.Tensor:
     """The A registers the kernel's threads build, by its own indexing of the flat buffers and its integer
-    operations, put back as the bf16 matrix [N, K] (escapes not yet corrected)."""
+    operations, put back as the bf16 matrix [N, K] (escapes not yet corrected); with ``t0`` / ``t1`` only the rows
+    of tiles t0 .. t1 - 1 ([16 (t1 - t0), K]: the int64 temporaries are ~64 bytes an element)."""
     n, k = packed.shape
     tiles, steps = n // 16, k // 16
     dev = packed.low.device
     tt, ss, ll = torch.meshgrid(
-        torch.arange(tiles, device=dev),
+        torch.arange(t0, tiles if t1 is None else t1, device=dev),
         torch.arange(steps, device=dev),
         torch.arange(32, device=dev),
         indexing="ij",
@@ -164,9 +165,16 @@ def escape_rows(packed: MmaPackedBF16) -> torch.Tensor:
 
 
 @torch.no_grad()
-def unpack_mma(packed: MmaPackedBF16) -> torch.Tensor:
-    """The exact bf16 matrix [N, K] back: the decode, with each escape's true value written back."""
-    w = emulate_decode(packed)
+def unpack_mma(packed: MmaPackedBF16, elements_at_once: int = 1 << 25) -> torch.Tensor:
+    """The exact bf16 matrix [N, K] back: the decode, with each escape's true value written back. The decode runs
+    over tiles of about ``elements_at_once`` weights at a time (~2 GB of temporaries at the default), so that the
+    experts of a whole layer (~539M weights) unpack beside a model that fills most of the GPU (``hyserve verify``)."""
+    n, k = packed.shape
+    w = torch.empty((n, k), dtype=torch.bfloat16, device=packed.low.device)
+    step = max(1, elements_at_once // (16 * k))
+    for t0 in range(0, n // 16, step):
+        t1 = min(n // 16, t0 + step)
+        w[16 * t0 : 16 * t1] = emulate_decode(packed, t0, t1)
     e = packed.escapes
     w[escape_rows(packed), packed.escape_col[:e].long()] = packed.escape_val[:e].to(torch.bfloat16)
     return w

@@ -63,6 +63,18 @@ def test_round_trip_is_bit_exact(shape, scale):
     assert packed.nbytes < 0.77 * w.numel() * 2 + 16 * shape[0] + 8 * packed.escapes + 64
 
 
+@pytest.mark.parametrize("at_once", [1, 16 * 256, 3 * 16 * 256])
+def test_round_trip_in_tile_chunks_is_bit_exact(at_once):
+    # 7 tiles of 16 rows x 256 columns: a tile at a time (at_once below one tile too), and chunks of three with a
+    # shorter last one; an escape in the first and in the last tile
+    w = _weight(112, 256, seed=3)
+    w[2, :5] = 0.0
+    w[111, 100:104] = 0.0
+    packed = pack_mma(w)
+    assert packed.escapes > 0
+    assert torch.equal(_bits(unpack_mma(packed, elements_at_once=at_once)), _bits(w))
+
+
 def test_emulated_decode_is_the_stored_bits_and_escapes_are_their_deltas():
     w = _weight(64, 256, seed=3)
     w[7, :5] = torch.tensor([0.0, -0.0, float("inf"), -float("inf"), 1e38]).bfloat16()
