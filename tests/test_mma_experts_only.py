@@ -6,6 +6,7 @@ kernels over the copies run on the GPU only (``kernels/moe/test_mma_grouped.py``
 from __future__ import annotations
 
 import argparse
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -14,7 +15,7 @@ from checkpoints import make_checkpoint
 from hyserve import LLM
 from hyserve.cli import main
 from hyserve.engine.args import add_engine_arguments, engine_args_from
-from hyserve.engine.llm_engine import EngineArgs, LLMEngine
+from hyserve.engine.llm_engine import EngineArgs, LLMEngine, experts_only
 from hyserve.kernels.moe.configs import get_plan
 from hyserve.kernels.moe.triton_moe import COPIES_BLOCK_MS, _copies_plan
 from hyserve.layers.mma_projections import prepare_mma_experts, released_expert_weights
@@ -91,6 +92,27 @@ def test_the_flag_implies_the_copies():
     args = _args("--mma-experts-only")
     assert args.mma_experts and args.mma_experts_only
     assert not _args("--mma-experts").mma_experts_only
+
+
+@pytest.mark.parametrize(
+    "flags,device,moe,only",
+    [
+        ((), "cuda", True, True),  # the default on the GPU: the copies alone
+        ((), "cpu", True, False),  # the copies' kernels run on CUDA only
+        ((), "cuda", False, False),  # a dense checkpoint has no experts
+        (("--mma-experts",), "cuda", True, False),  # the copies beside the bf16 experts, as asked
+        (("--no-mma-experts-only",), "cuda", True, False),
+        (("--mma-experts-only",), "cuda", True, True),
+    ],
+)
+def test_the_copies_alone_are_the_default_for_moe_on_cuda(flags, device, moe, only):
+    config = SimpleNamespace(is_moe=moe)
+    assert experts_only(_args(*flags), torch.device(device), config) is only
+
+
+def test_the_engine_resolves_the_default_on_the_cpu(checkpoint):
+    llm = LLM(str(checkpoint), device="cpu", progress=False, max_model_len=32)
+    assert llm.engine.args.mma_experts_only is False and not llm.engine.args.mma_experts
 
 
 def test_the_engine_refuses_the_flag_on_the_cpu_before_loading(tmp_path):

@@ -28,7 +28,7 @@ if [ "${PART:-1}" != 1 ]; then
     export LAYERS=16
   fi
   [ "$PART" = 3 ] && export SIDES="mma:src:--mma-experts only:src:--mma-experts-only" LENS=1024,4096
-  SIDES=${SIDES:-"bf16:src mma:src:--mma-experts only:src:--mma-experts-only"} ROUNDS=1 REPS=5 TOP=6 KVGB=4 \
+  SIDES=${SIDES:-"bf16:src:--no-mma-experts-only mma:src:--mma-experts only:src:--mma-experts-only"} ROUNDS=1 REPS=5 TOP=6 KVGB=4 \
     LENS=${LENS:-128,1024,4096} bash "$(dirname "$0")/ab_prefill.sh" 2>&1 | tail -n 60
   exit
 fi

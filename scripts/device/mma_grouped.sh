@@ -10,9 +10,9 @@ TAILN=4 run tests 200 python3 -m pytest -q -x -p no:cacheprovider src/hyserve/ke
 grep -q -E "^(FAILED|ERROR)|[0-9]+ failed" $W/tests.log && exit 1
 TAILN=60 run bench 200 python3 -m hyserve.kernels.moe.bench --mma-grouped --tokens "${TOKENS:-32,128,512,1024}"
 L=${LAYERS:-16}
-LAYERS=$L SIDES="bf16:src mma:src:--mma-experts" ROUNDS=1 REPS=${REPS:-5} TOP=${TOP:-6} KVGB=${KVGB:-4} \
+LAYERS=$L SIDES="bf16:src:--no-mma-experts-only mma:src:--mma-experts" ROUNDS=1 REPS=${REPS:-5} TOP=${TOP:-6} KVGB=${KVGB:-4} \
   LENS=${LENS:-128,512,1024} bash scripts/device/ab_prefill.sh
-LAYERS=$L SIDES="bf16:src mma:src:--mma-experts" TESTS=none BATCH=${BATCH:-32} SEQS=32 KVGB=${KVGB:-4} TOP=${TOP:-6} \
+LAYERS=$L SIDES="bf16:src:--no-mma-experts-only mma:src:--mma-experts" TESTS=none BATCH=${BATCH:-32} SEQS=32 KVGB=${KVGB:-4} TOP=${TOP:-6} \
   bash scripts/device/ab_decode.sh
 D=$(depth_model $L)
 TAILN=8 run verify_mma 280 python3 -m hyserve verify --model $D --load-format dummy --kv-cache-memory-gb 4 \

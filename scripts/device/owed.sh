@@ -16,7 +16,7 @@ if [ "$mem" -gt 100000 ]; then
   TAILN=40 run grouped 150 python3 -m hyserve.kernels.moe.bench --mma-grouped --tokens 128,512,1024
   DECODE_ONLY=1 bash "$(dirname "$0")/serve_bench.sh" --max-num-seqs 48 --max-model-len 8192 \
     --gpu-memory-utilization 0.95 --mma-experts 2>&1 | grep -v "^hyserve:" | tail -n 12
-  SIDES="bf16:src mma:src:--mma-experts" ROUNDS=1 REPS=5 TOP=6 KVGB=4 LENS=512,1024 \
+  SIDES="bf16:src:--no-mma-experts-only mma:src:--mma-experts" ROUNDS=1 REPS=5 TOP=6 KVGB=4 LENS=512,1024 \
     bash "$(dirname "$0")/ab_prefill.sh" 2>&1 | tail -n 40
   TESTS=none KVGB=4 SEQS=8 SIDES="mma:src:--mma-experts" TOP=14 bash "$(dirname "$0")/ab_decode.sh" 2>&1 | tail -n 5
   NCU=0 TREES="src .v/esclast/src .v/noids/src .v/nonorm/src .v/nomma/src .v/bare/src" \

@@ -13,7 +13,7 @@ import argparse
 import json
 import logging
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import torch
@@ -293,6 +293,8 @@ def run_verify(ns: argparse.Namespace) -> int:
             raise ValueError(
                 "--paths reference needs the experts' bf16 weights, which --mma-experts-only releases"
             )
+    if "reference" in paths and args.mma_experts_only is None:
+        args = replace(args, mma_experts_only=False)  # the default would release what the reference path runs
     engine = LLMEngine(args)
     if ns.prompt_lens:
         lens = [int(x) for x in ns.prompt_lens.split(",")]

@@ -63,18 +63,21 @@ def add_engine_arguments(parser: argparse.ArgumentParser, model_required: bool =
     g.add_argument(
         "--mma-experts",
         action="store_true",
-        help="keep lossless 12-bit copies of the experts' gate_up and down weights, which the expert kernels of "
-        "prefills, batched decode and one-token steps stream instead through tensor-core kernels (~48 GB more GPU "
-        "memory for Qwen3.6-35B-A3B: run it at --gpu-memory-utilization 0.95 on the H200, where it takes single-stream "
-        "decode from ~511 to ~584 tok/s; layers/mma_projections.py, kernels/moe/mma_grouped.py, "
+        help="keep lossless 12-bit copies of the experts' gate_up and down weights beside their bf16 weights: the "
+        "expert kernels of prefills up to ~1024 tokens, batched decode and one-token steps stream the copies through "
+        "tensor-core kernels, longer prompts the bf16 weights (~119 GB for Qwen3.6-35B-A3B: run it at "
+        "--gpu-memory-utilization 0.95 on the H200; layers/mma_projections.py, kernels/moe/mma_grouped.py, "
         "kernels/moe/mma_pairs.py)",
     )
     g.add_argument(
         "--mma-experts-only",
-        action="store_true",
-        help="--mma-experts, and release the experts' bf16 weights once their copies exist: the model takes ~54 GB "
-        "instead of ~119 GB for Qwen3.6-35B-A3B, and every expert kernel streams the copies (CUDA only; the reference "
-        "path cannot run those blocks). New: not yet run on a GPU (scripts/device/experts_only.sh)",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="the experts' lossless 12-bit copies alone: their bf16 weights are released once the copies exist, so "
+        "Qwen3.6-35B-A3B takes ~54 GB instead of ~70 GB and every expert kernel streams 0.75 of the bytes (H200: "
+        "single-stream decode ~584 tok/s against ~511 on the bf16 experts). Default: on for a MoE checkpoint on CUDA "
+        "unless --mma-experts is given; --no-mma-experts-only keeps the bf16 experts alone (the reference path, "
+        "hyserve verify --paths reference, needs them)",
     )
     g.add_argument(
         "--no-warmup",

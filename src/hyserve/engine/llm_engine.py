@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -59,17 +59,18 @@ class EngineArgs:
     mma_projections: bool = True
     # on CUDA, the expert kernels of prefills up to ~1024 tokens, of batched decode and of one-token steps stream
     # 12-bit tensor-core copies of the experts' gate_up and down (+48.8 GB for Qwen3.6-35B-A3B;
-    # layers/mma_projections.py): on the H200 single-stream decode 511 -> 584 tok/s (docs/performance.md). Off by
-    # default: at gpu_memory_utilization 0.9 the copies leave the H200 too little KV cache for 64 sequences.
+    # layers/mma_projections.py): on the H200 single-stream decode 511 -> 584 tok/s (docs/performance.md). Alone
+    # (the bf16 experts kept beside the copies) it needs gpu_memory_utilization 0.95 on the H200.
     mma_experts: bool = False
     # with mma_experts: release the experts' bf16 weights once their copies exist, so the model takes ~54 GB instead of
     # ~119 GB (Qwen3.6-35B-A3B); every expert path then streams the copies (prompts of ~2048 tokens and more through
-    # the grouped 12-bit kernels at BLOCK_M 64, where the bf16 ones ran at 128); CUDA only, no reference path
-    mma_experts_only: bool = False
+    # the grouped 12-bit kernels at BLOCK_M 64, where the bf16 ones ran at 128); CUDA only, no reference path.
+    # None: on for a MoE checkpoint on CUDA unless mma_experts asked to keep the bf16 experts (``experts_only``)
+    mma_experts_only: bool | None = None
     progress: bool = True
 
     def __post_init__(self) -> None:
-        self.mma_experts = self.mma_experts or self.mma_experts_only  # the copies are what is left
+        self.mma_experts = self.mma_experts or bool(self.mma_experts_only)  # the copies are what is left
 
     def resolved_device(self) -> torch.device:
         name = self.device or ("cuda" if torch.cuda.is_available() else "cpu")
@@ -123,6 +124,14 @@ class _Request:
     prompt_logprobs: list | None = None
 
 
+def experts_only(args: EngineArgs, device: torch.device, config: ModelConfig) -> bool:
+    """Whether the experts run from their 12-bit copies alone: as asked, else on CUDA for a MoE checkpoint unless
+    ``mma_experts`` asked for the copies beside the bf16 experts."""
+    if args.mma_experts_only is not None:
+        return args.mma_experts_only
+    return device.type == "cuda" and config.is_moe and not args.mma_experts
+
+
 class LLMEngine:
     def __init__(self, args: EngineArgs) -> None:
         self.args = args
@@ -135,6 +144,8 @@ class LLMEngine:
             )
         model_dir = Path(args.model)
         self.config = ModelConfig.from_pretrained(model_dir)
+        only = experts_only(args, self.device, self.config)
+        self.args = args = replace(args, mma_experts_only=only, mma_experts=args.mma_experts or only)
         self.tokenizer = load_tokenizer(Path(args.tokenizer or model_dir))
         self.eos_token_ids = load_eos_token_ids(model_dir, self.config, self.tokenizer)
         start = time.perf_counter()
