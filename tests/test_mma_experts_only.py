@@ -95,19 +95,26 @@ def test_the_flag_implies_the_copies():
 
 
 @pytest.mark.parametrize(
-    "flags,device,moe,only",
+    "flags,device,dtype,moe,only",
     [
-        ((), "cuda", True, True),  # the default on the GPU: the copies alone
-        ((), "cpu", True, False),  # the copies' kernels run on CUDA only
-        ((), "cuda", False, False),  # a dense checkpoint has no experts
-        (("--mma-experts",), "cuda", True, False),  # the copies beside the bf16 experts, as asked
-        (("--no-mma-experts-only",), "cuda", True, False),
-        (("--mma-experts-only",), "cuda", True, True),
+        ((), "cuda", torch.bfloat16, True, True),  # the default on the GPU: the copies alone
+        ((), "cpu", torch.bfloat16, True, False),  # the copies' kernels run on CUDA only
+        ((), "cuda", torch.float32, True, False),  # ... and copy bf16 weights only
+        ((), "cuda", torch.bfloat16, False, False),  # a dense checkpoint has no experts
+        (
+            ("--mma-experts",),
+            "cuda",
+            torch.bfloat16,
+            True,
+            False,
+        ),  # the copies beside the bf16 experts, as asked
+        (("--no-mma-experts-only",), "cuda", torch.bfloat16, True, False),
+        (("--mma-experts-only",), "cuda", torch.bfloat16, True, True),
     ],
 )
-def test_the_copies_alone_are_the_default_for_moe_on_cuda(flags, device, moe, only):
+def test_the_copies_alone_are_the_default_for_moe_on_cuda(flags, device, dtype, moe, only):
     config = SimpleNamespace(is_moe=moe)
-    assert experts_only(_args(*flags), torch.device(device), config) is only
+    assert experts_only(_args(*flags), torch.device(device), dtype, config) is only
 
 
 def test_the_engine_resolves_the_default_on_the_cpu(checkpoint):

@@ -124,12 +124,12 @@ class _Request:
     prompt_logprobs: list | None = None
 
 
-def experts_only(args: EngineArgs, device: torch.device, config: ModelConfig) -> bool:
-    """Whether the experts run from their 12-bit copies alone: as asked, else on CUDA for a MoE checkpoint unless
-    ``mma_experts`` asked for the copies beside the bf16 experts."""
+def experts_only(args: EngineArgs, device: torch.device, dtype: torch.dtype, config: ModelConfig) -> bool:
+    """Whether the experts run from their 12-bit copies alone: as asked, else for a bf16 MoE checkpoint on CUDA (the
+    copies' kernels) unless ``mma_experts`` asked for the copies beside the bf16 experts."""
     if args.mma_experts_only is not None:
         return args.mma_experts_only
-    return device.type == "cuda" and config.is_moe and not args.mma_experts
+    return device.type == "cuda" and dtype == torch.bfloat16 and config.is_moe and not args.mma_experts
 
 
 class LLMEngine:
@@ -144,7 +144,7 @@ class LLMEngine:
             )
         model_dir = Path(args.model)
         self.config = ModelConfig.from_pretrained(model_dir)
-        only = experts_only(args, self.device, self.config)
+        only = experts_only(args, self.device, self.dtype, self.config)
         self.args = args = replace(args, mma_experts_only=only, mma_experts=args.mma_experts or only)
         self.tokenizer = load_tokenizer(Path(args.tokenizer or model_dir))
         self.eos_token_ids = load_eos_token_ids(model_dir, self.config, self.tokenizer)
