@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from checkpoints import make_checkpoint
-from hyserve import LLM
+from hyserve import LLM, SamplingParams
 from hyserve.cli import main
 from hyserve.engine.args import add_engine_arguments, engine_args_from
 from hyserve.engine.llm_engine import EngineArgs, LLMEngine, experts_only
@@ -132,3 +132,26 @@ def test_verify_refuses_the_reference_path_before_loading(tmp_path, capsys):
     args = ["verify", "--model", str(tmp_path), "--mma-experts-only", "--paths", "fast,reference"]
     assert main(args) != 0
     assert "--paths reference needs the experts' bf16 weights" in capsys.readouterr().err
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="the copies' kernels run on CUDA only")
+def test_the_default_on_cuda_serves_from_the_copies_alone(checkpoint):
+    """With no expert flag a bf16 MoE checkpoint on CUDA releases its experts, and its teacher-forced logprobs stay
+    with the bf16 experts' (``--no-mma-experts-only``); the engine at its defaults, CUDA graphs included."""
+    kw = dict(device="cuda", progress=False, max_model_len=128, max_num_seqs=2, kv_cache_memory_gb=0.05)
+    prompt = torch.randint(0, 512, (60,), generator=torch.Generator().manual_seed(0)).tolist()
+    params = SamplingParams(temperature=0.0, max_tokens=1, prompt_logprobs=0)
+    logprobs = {}
+    for name, extra in (("copies", {}), ("bf16", {"mma_experts_only": False})):
+        llm = LLM(str(checkpoint), **kw, **extra)
+        copies = [getattr(layer.mlp, "packed", None) is not None for layer in llm.engine.model.model.layers]
+        assert llm.engine.args.mma_experts_only is (name == "copies")
+        assert copies == [name == "copies"] * 2
+        if name == "copies":
+            assert all(layer.mlp.packed.released for layer in llm.engine.model.model.layers)
+        out = llm.generate([prompt], params)[0]
+        logprobs[name] = torch.tensor([lp[0] for lp in out.prompt_logprobs[1:]])
+        del llm
+        torch.cuda.empty_cache()
+    assert torch.isfinite(logprobs["copies"]).all()
+    assert (logprobs["copies"] - logprobs["bf16"]).abs().max() < 0.05

@@ -14,11 +14,12 @@ mem=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits | head -
 nvidia-smi --query-gpu=name --format=csv,noheader | head -n 1
 tests() {
   timeout 200 python3 -m pytest -p no:cacheprovider -rfE src/hyserve/kernels/moe/test_mma_grouped.py \
-    src/hyserve/kernels/moe/test_mma_pairs.py -k "${TESTS_K:-not nothing}" > "$OUT/t_only.log" 2>&1
+    src/hyserve/kernels/moe/test_mma_pairs.py tests/test_mma_experts_only.py -k "${TESTS_K:-not nothing}" \
+    > "$OUT/t_only.log" 2>&1
   echo "tests rc=$? $(grep -E '(passed|failed|error)' "$OUT/t_only.log" | tail -n 1)"
   grep -E "^(FAILED|ERROR)" "$OUT/t_only.log" | head -n 5
 }
-[ "${PART:-1}" = 3 ] && TESTS_K="only_the_copies or one_token_over_the_copies or keep_the_bf16" tests  # the rest passed at ff60887
+[ "${PART:-1}" = 3 ] && TESTS_K="only_the_copies or one_token_over_the_copies or keep_the_bf16 or copies_alone" tests  # the rest passed at ff60887
 if [ "${PART:-1}" != 1 ]; then
   if [ "$mem" -gt 100000 ]; then
     TAILN=8 run verify 300 python3 -m hyserve verify --model $M --load-format dummy --kv-cache-memory-gb 4 \
