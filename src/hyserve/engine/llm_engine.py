@@ -59,13 +59,14 @@ class EngineArgs:
     mma_projections: bool = True
     # on CUDA, the expert kernels of prefills up to ~1024 tokens, of batched decode and of one-token steps stream
     # 12-bit tensor-core copies of the experts' gate_up and down (+48.8 GB for Qwen3.6-35B-A3B;
-    # layers/mma_projections.py): on the H200 single-stream decode 511 -> 584 tok/s (docs/performance.md). Alone
-    # (the bf16 experts kept beside the copies) it needs gpu_memory_utilization 0.95 on the H200.
+    # layers/mma_projections.py): on the H200 single-stream decode 511 -> 584 tok/s (docs/performance.md). With the
+    # bf16 experts kept beside the copies (mma_experts_only False) the model takes ~119 GB: gpu_memory_utilization
+    # 0.95 on the H200.
     mma_experts: bool = False
     # with mma_experts: release the experts' bf16 weights once their copies exist, so the model takes ~54 GB instead of
     # ~119 GB (Qwen3.6-35B-A3B); every expert path then streams the copies (prompts of ~2048 tokens and more through
     # the grouped 12-bit kernels at BLOCK_M 64, where the bf16 ones ran at 128); CUDA only, no reference path.
-    # None: on for a MoE checkpoint on CUDA unless mma_experts asked to keep the bf16 experts (``experts_only``)
+    # None: on for a bf16 MoE checkpoint on CUDA unless mma_experts asked to keep the bf16 experts (``experts_only``)
     mma_experts_only: bool | None = None
     progress: bool = True
 
