@@ -76,7 +76,7 @@ def add_engine_arguments(parser: argparse.ArgumentParser, model_required: bool =
         help="the experts' lossless 12-bit copies alone: their bf16 weights are released once the copies exist, so "
         "Qwen3.6-35B-A3B takes ~54 GB instead of ~70 GB and every expert kernel streams 0.75 of the bytes (H100, "
         "whole model: decode 492 tok/s against 428 on the bf16 experts, c=32 1936 against 1701 tok/s; prompts from ~2048 "
-        "tokens prefill slower). Default: on for a MoE checkpoint on CUDA "
+        "tokens prefill slower). Default: on for a bf16 MoE checkpoint on CUDA "
         "unless --mma-experts is given; --no-mma-experts-only keeps the bf16 experts alone (the reference path, "
         "hyserve verify --paths reference, needs them)",
     )

@@ -135,7 +135,6 @@ def experts_only(args: EngineArgs, device: torch.device, dtype: torch.dtype, con
 
 class LLMEngine:
     def __init__(self, args: EngineArgs) -> None:
-        self.args = args
         self.device = args.resolved_device()
         self.dtype = args.resolved_dtype(self.device)
         if args.mma_experts_only and self.device.type != "cuda":
@@ -145,8 +144,10 @@ class LLMEngine:
             )
         model_dir = Path(args.model)
         self.config = ModelConfig.from_pretrained(model_dir)
-        only = experts_only(args, self.device, self.dtype, self.config)
-        self.args = args = replace(args, mma_experts_only=only, mma_experts=args.mma_experts or only)
+        # resolved here (the default depends on the device and the checkpoint); __post_init__ implies mma_experts
+        self.args = args = replace(
+            args, mma_experts_only=experts_only(args, self.device, self.dtype, self.config)
+        )
         self.tokenizer = load_tokenizer(Path(args.tokenizer or model_dir))
         self.eos_token_ids = load_eos_token_ids(model_dir, self.config, self.tokenizer)
         start = time.perf_counter()
