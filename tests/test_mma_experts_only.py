@@ -18,8 +18,13 @@ from hyserve.engine.args import add_engine_arguments, engine_args_from
 from hyserve.engine.llm_engine import EngineArgs, LLMEngine, experts_only
 from hyserve.kernels.moe.configs import get_plan
 from hyserve.kernels.moe.triton_moe import COPIES_BLOCK_MS, _copies_plan
-from hyserve.layers.mma_projections import prepare_mma_experts, released_expert_weights
+from hyserve.layers.mma_projections import (
+    prepare_mma_experts,
+    released_expert_nbytes,
+    released_expert_weights,
+)
 from hyserve.model.loader import checkpoint_views
+from hyserve.verify import UNPACK_HEADROOM, require_room
 
 
 @pytest.fixture(scope="module")
@@ -58,6 +63,21 @@ def test_release_keeps_the_shapes_in_zero_bytes_and_the_bits_in_the_copies(check
     assert unpacked.keys() == before.keys()
     for key, value in before.items():
         assert torch.equal(unpacked[key].view(torch.int16), value.view(torch.int16)), key
+    assert (
+        released_expert_nbytes(model)
+        == sum(v.numel() * 2 for v in unpacked.values())
+        == 2 * 2 * 8 * 3 * 128 * 128
+    )
+
+
+def test_verify_says_when_the_unpacked_experts_cannot_fit():
+    # an H100 beside the whole 35B model with the copies alone: ~24 GB spare for 64.4 GB of experts
+    with pytest.raises(ValueError, match=r"needs the released experts' bf16 weights back \(60.0 GiB"):
+        require_room(60 << 30, 24 << 30)
+    with pytest.raises(ValueError, match="GiB to run"):
+        require_room(60 << 30, (60 << 30) + UNPACK_HEADROOM - 1)
+    require_room(60 << 30, (60 << 30) + UNPACK_HEADROOM)  # an H200: fits
+    require_room(60 << 30, None)  # the CPU: unbounded
 
 
 def test_a_released_block_refuses_the_cpu_and_the_reference_path(checkpoint):

@@ -1,7 +1,9 @@
 """The accuracy gate: the engine against transformers' own implementation, on the same weights.
 
 Transformers' model is built on the meta device and its parameters are made views of the engine's, so
-the check costs no second copy of the weights (the 35B model fits once on an H200, not twice). Both run
+the check costs no second copy of the weights (the 35B model fits once on an H200, not twice); only experts whose
+bf16 weights the engine released (``--mma-experts-only``, the default on CUDA) are unpacked from their 12-bit copies
+into new tensors (~64.4 GB for the whole 35B model: beside the engine's ~54 GB, an H200's memory). Both run
 the same random prompts: teacher-forced logits (relative error, per-position KL, top-1 agreement) and
 greedy continuations (how many tokens match; a divergence is accepted only at a near tie of the
 reference's top two logits).
@@ -29,6 +31,9 @@ from hyserve.model.loader import checkpoint_views
 
 log = logging.getLogger(__name__)
 SOLO_DECODE_STEPS = 8  # steps the first prompt decodes alone before the others arrive
+# what transformers' model needs beside the unpacked experts: the unpack's temporaries (~2 GB), one decoder layer
+# upcast to fp32 for the truth (~3.3 GB for Qwen3.6-35B-A3B) and activations
+UNPACK_HEADROOM = 6 << 30
 
 # fp32 engines must match the fp32 reference to these absolute bounds.
 FP32_TOLERANCE = {"rel": 1e-4, "kl": 1e-6, "top1": 1.0}
@@ -70,6 +75,29 @@ def add_verify_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--json", default=None, help="write the reports to this file")
 
 
+def spare_bytes(device: torch.device) -> int | None:
+    """Memory the device can still hand out beside the engine (the driver's free memory plus what torch's
+    allocator holds unused), None where unbounded (the CPU)."""
+    if device.type != "cuda":
+        return None
+    free, _ = torch.cuda.mem_get_info(device)
+    return free + torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device)
+
+
+def require_room(need: int, spare: int | None) -> None:
+    """Fail before unpacking, not 30 s in with an out-of-memory deep in the unpack, when transformers' model cannot
+    get the released experts' bf16 weights back beside the engine (``--mma-experts-only``: the whole
+    Qwen3.6-35B-A3B needs ~54 + 64.4 GB, an H200's memory, not an H100's)."""
+    if spare is not None and need + UNPACK_HEADROOM > spare:
+        gib = 1 << 30
+        raise ValueError(
+            f"hyserve verify: transformers' model needs the released experts' bf16 weights back ({need / gib:.1f} "
+            f"GiB, unpacked from their 12-bit copies) plus ~{UNPACK_HEADROOM / gib:.0f} GiB to run, but the device "
+            f"has {spare / gib:.1f} GiB spare beside the engine. Verify on a device with more memory, or a model "
+            "of fewer layers (scripts/device/verify_depth.sh builds one)"
+        )
+
+
 def build_reference(engine: LLMEngine) -> nn.Module:
     """Transformers' text model whose parameters are views of the engine's."""
     import transformers as tf
@@ -88,8 +116,9 @@ def build_reference(engine: LLMEngine) -> nn.Module:
         ref = cls(hf_config)
     ours = checkpoint_views(engine.model)
     if engine.args.mma_experts_only:  # the released experts, unpacked from their copies into new bf16 tensors
-        from hyserve.layers.mma_projections import released_expert_weights
+        from hyserve.layers.mma_projections import released_expert_nbytes, released_expert_weights
 
+        require_room(released_expert_nbytes(engine.model), spare_bytes(engine.device))
         ours.update(released_expert_weights(engine.model))
     for name, param in list(ref.named_parameters()):
         tensor = ours[name]

@@ -107,15 +107,29 @@ def copies_take_every_path(packed: MmaExperts, hidden: int) -> bool:
     return packed.down is not None and all(grouped_mma_takes(packed, bm, hidden) for bm in COPIES_BLOCK_MS)
 
 
+def _released_blocks(model: nn.Module):
+    """(name, MoE block, its copies) of each block whose bf16 experts ``prepare_mma_experts(release=True)`` released."""
+    for name, module in model.named_modules():
+        packed = getattr(module, "packed", None)
+        if isinstance(packed, MmaExperts) and packed.released:
+            yield name, module, packed
+
+
+def released_expert_nbytes(model: nn.Module) -> int:
+    """The bytes ``released_expert_weights`` allocates (~64.4 GB for Qwen3.6-35B-A3B)."""
+    return sum(
+        t.numel() * t.element_size()  # the released parameters keep their shapes (``shape_only``)
+        for _, module, _ in _released_blocks(model)
+        for t in (module.experts.gate_up_proj, module.experts.down_proj)
+    )
+
+
 def released_expert_weights(model: nn.Module) -> dict[str, torch.Tensor]:
     """Checkpoint key -> the bf16 weight unpacked from its copy, for each routed-expert weight that
     ``prepare_mma_experts(release=True)`` released (``hyserve verify``'s transformers model needs real tensors:
-    ~64.4 GB for Qwen3.6-35B-A3B, allocated here)."""
+    ``released_expert_nbytes``, allocated here)."""
     out = {}
-    for name, module in model.named_modules():
-        packed = getattr(module, "packed", None)
-        if not isinstance(packed, MmaExperts) or not packed.released:
-            continue
+    for name, module, packed in _released_blocks(model):
         w, _ = unpack_mma_experts(packed)
         wd, _ = unpack_mma_down(packed)
         prefix = f"{name}.experts"
