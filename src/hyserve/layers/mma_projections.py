@@ -92,9 +92,8 @@ def expandable_memory() -> None:
     the full model) stays reserved where ``mem_get_info`` cannot see it, so the KV cache sized from the driver's
     free memory came out near zero on an H100 (docs/performance.md, 2026-12-07)."""
     try:
-        with (
-            warnings.catch_warnings()
-        ):  # torch 2.11 deprecates it (FutureWarning); this call is the one verified here
+        # torch 2.11 deprecates this setter (a FutureWarning a start); it is the one verified on the GPU here
+        with warnings.catch_warnings():
             warnings.simplefilter("ignore", FutureWarning)
             torch.cuda.memory._set_allocator_settings("expandable_segments:True")
     except (AttributeError, RuntimeError) as exc:  # a torch without the setting: the cache is only smaller
