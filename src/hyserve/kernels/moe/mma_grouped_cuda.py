@@ -361,6 +361,37 @@ __global__ void __launch_bounds__(32 * WARPS) grouped_mma(
   for (int rt = 0; rt < RT; ++rt) tile_store<NT, DOWN>(c[rt], tin0 + rt, out, out_ld, dst, wrow, cnt, g, t);
 }
 
+// the dynamic shared memory from its first 1024-byte boundary (the 128-byte swizzle's period)
+__device__ __forceinline__ bf16_t* swizzle_aligned(unsigned char* smem) {
+  const unsigned int s0 = (unsigned int)__cvta_generic_to_shared(smem);
+  return reinterpret_cast<bf16_t*>(smem + ((1024u - (s0 & 1023u)) & 1023u));
+}
+
+// chunk ch's 4 low and 2 code words of the thread, lp / cp its tile's words (lane added)
+__device__ __forceinline__ void chunk_words(uint4 (&w)[6], const uint4* lp, const uint4* cp, int ch) {
+#pragma unroll
+  for (int i = 0; i < 4; ++i) w[i] = __ldg(lp + ch * 128 + i * 32);
+#pragma unroll
+  for (int i = 0; i < 2; ++i) w[4 + i] = __ldg(cp + ch * 64 + i * 32);
+}
+
+template <int NT>
+__device__ __forceinline__ void zero_acc(float (&c)[NT][4]) {
+#pragma unroll
+  for (int j = 0; j < NT; ++j) c[j][0] = c[j][1] = c[j][2] = c[j][3] = 0.f;
+}
+
+// c += a chunk's weights (w, decoded into the warpgroup's A registers) times the tokens at shared address sb
+template <int NT, int BM>
+__device__ __forceinline__ void decode_wgmma_chunk(float (&c)[NT][4], const uint4 (&w)[6], unsigned int base4,
+                                                   unsigned int sb, int n16) {
+  const uint4 lo[4] = {w[0], w[1], w[2], w[3]}, cd[2] = {w[4], w[5]};
+  unsigned int a[8][4];
+#pragma unroll
+  for (int i = 0; i < 8; ++i) decode_step(lo, cd, base4, i, a[i]);
+  wgmma_chunk<NT, BM>(c, a, sb, n16);
+}
+
 // The same contract on wgmma: warp w takes one 16-row tile and each warpgroup's four tiles are the A operand of one
 // m64nNk16 a k16 step (wgmma_chunk). A warp's weights stream from global memory into DEPTH + 1 register buffers,
 // DEPTH chunks ahead of the one it decodes (no register moves: the loop is unrolled over the buffers); the block's x
@@ -391,12 +422,7 @@ __global__ void __launch_bounds__(32 * WARPS) grouped_wgmma(
   const uint4* cp = codes + (size_t)tile * (K >> 6) * 32 + lane;  // + 64 ch
   uint4 w0[6], w1[6], w2[6];  // a chunk's 4 low and 2 code words of the thread; chunk ch in buffer ch % (DEPTH + 1)
   auto fetch = [&](uint4 (&w)[6], int ch) {
-    if (ch < nch) {
-#pragma unroll
-      for (int i = 0; i < 4; ++i) w[i] = __ldg(lp + ch * 128 + i * 32);
-#pragma unroll
-      for (int i = 0; i < 2; ++i) w[4 + i] = __ldg(cp + ch * 64 + i * 32);
-    }
+    if (ch < nch) chunk_words(w, lp, cp, ch);
   };
   fetch(w0, 0);
   if (DEPTH == 2) fetch(w1, 1);
@@ -407,8 +433,7 @@ __global__ void __launch_bounds__(32 * WARPS) grouped_wgmma(
   if (nch > 1) load_x_swizzled<BM, THREADS>(xs + BUF, x, src, cnt, K, 1, tid);
   cp_async_commit();
   float c[NT][4];
-#pragma unroll
-  for (int j = 0; j < NT; ++j) c[j][0] = c[j][1] = c[j][2] = c[j][3] = 0.f;
+  zero_acc<NT>(c);
   float gs[GROWS];
 #pragma unroll
   for (int q = 0; q < GROWS; ++q) gs[q] = 0.f;
@@ -423,11 +448,7 @@ __global__ void __launch_bounds__(32 * WARPS) grouped_wgmma(
     if (ch + 2 < nch) load_x_swizzled<BM, THREADS>(xs + (ch + 2) % 3 * BUF, x, src, cnt, K, ch + 2, tid);
     cp_async_commit();
     const bf16_t* xb = xs + (ch % 3) * BUF;
-    const uint4 lo[4] = {cur[0], cur[1], cur[2], cur[3]}, cd[2] = {cur[4], cur[5]};
-    unsigned int a[8][4];
-#pragma unroll
-    for (int i = 0; i < 8; ++i) decode_step(lo, cd, base4, i, a[i]);
-    wgmma_chunk<NT, BM>(c, a, (unsigned int)__cvta_generic_to_shared(xb), n16);
+    decode_wgmma_chunk<NT, BM>(c, cur, base4, (unsigned int)__cvta_generic_to_shared(xb), n16);
     if (gate) gate_chunk<BM, 0, true, GROWS, THREADS>(gs, xb, sgate, ch, cnt, tid);
   };
   ring_chunks<DEPTH>(nch, w0, w1, w2, step);
@@ -453,8 +474,7 @@ __global__ void __launch_bounds__(32 * WARPS, NT <= 8 ? 16 / WARPS : 1) down_wgm
   static_assert(WARPS % 4 == 0 && TG >= 1, "whole warpgroups");
   // [K / 128][BUF] h chunks from a 1024-byte boundary (the swizzle's period)
   extern __shared__ __align__(16) unsigned char smem[];
-  const unsigned int s0 = (unsigned int)__cvta_generic_to_shared(smem);
-  bf16_t* xs = reinterpret_cast<bf16_t*>(smem + ((1024u - (s0 & 1023u)) & 1023u));
+  bf16_t* xs = swizzle_aligned(smem);
   __shared__ int src[BM], dst[BM];
   __shared__ float wrow[BM];
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
@@ -468,12 +488,7 @@ __global__ void __launch_bounds__(32 * WARPS, NT <= 8 ? 16 / WARPS : 1) down_wgm
     if (ch == nch) ++tg, ch = 0;
     if (tg < TG) {
       const size_t tile = (size_t)(tile0 + tg * WARPS);
-      const uint4* lp = low + tile * (K >> 5) * 32 + lane + ch * 128;
-      const uint4* cp = codes + tile * (K >> 6) * 32 + lane + ch * 64;
-#pragma unroll
-      for (int i = 0; i < 4; ++i) w[i] = __ldg(lp + i * 32);
-#pragma unroll
-      for (int i = 0; i < 2; ++i) w[4 + i] = __ldg(cp + i * 32);
+      chunk_words(w, low + tile * (K >> 5) * 32 + lane, codes + tile * (K >> 6) * 32 + lane, ch);
     }
   };
   uint4 w0[6], w1[6];
@@ -492,15 +507,10 @@ __global__ void __launch_bounds__(32 * WARPS, NT <= 8 ? 16 / WARPS : 1) down_wgm
     const int tile = tile0 + tg * WARPS;
     const unsigned int base_next = tg + 1 < TG ? tile_base4(base, tile + WARPS, g) : 0u;  // off the next tile's path
     float c[NT][4];
-#pragma unroll
-    for (int j = 0; j < NT; ++j) c[j][0] = c[j][1] = c[j][2] = c[j][3] = 0.f;
+    zero_acc<NT>(c);
     auto step = [&](int ch, const uint4 (&cur)[6], uint4 (&nxt)[6]) {
       fetch(nxt, tg, ch + 1);
-      const uint4 lo[4] = {cur[0], cur[1], cur[2], cur[3]}, cd[2] = {cur[4], cur[5]};
-      unsigned int a[8][4];
-#pragma unroll
-      for (int i = 0; i < 8; ++i) decode_step(lo, cd, base4, i, a[i]);
-      wgmma_chunk<NT, BM>(c, a, xs_addr + ch * BUF * 2, n16);
+      decode_wgmma_chunk<NT, BM>(c, cur, base4, xs_addr + ch * BUF * 2, n16);
     };
     ring_chunks<1>(nch, w0, w1, w0, step);
     tile_escapes<NT>(c, tile, x, K, src, eptr, ecol, edelta, cnt, g, t);
