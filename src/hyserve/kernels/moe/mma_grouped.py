@@ -166,15 +166,15 @@ def _launch(
         f"the grouped mma kernels take BLOCK_M in {BLOCK_MS} (got {block_m}), K a multiple of {CHUNK_K} (got {K}) "
         f"and an expert's {rows // 16} 16-row tiles a multiple of WARPS x RT = {warps} x {rt}",
     )
-    resident = (
-        bool(depth) and rt > 1
-    )  # down_wgmma_resident: RT tiles a warp in turn over all of h in shared memory
+    # down_wgmma_resident: RT tiles a warp in turn over all of h in shared memory
+    resident = bool(depth) and rt > 1
     require(
         depth in (0, 1, 2) and (depth == 0 or (warps % 4 == 0 and (rt == 1 or resident))),
         f"wgmma tiles are warpgroups of one 16-row tile a warp, one or two chunks ahead (got {warps} warps x {rt}, "
         f"depth {depth})",
     )
-    if resident:
+    pdl = pdl_enabled(x)
+    if resident:  # all of h's K / 128 chunks in the swizzle, from a 1024-byte boundary
         smem = K // CHUNK_K * block_m * CHUNK_K * 2 + 1024
         require(
             down and depth == 1 and K % (2 * CHUNK_K) == 0 and smem <= RESIDENT_SMEM,
@@ -182,8 +182,6 @@ def _launch(
             f"(an even count) in shared memory (got {'down' if down else 'gate_up'}, depth {depth}, K {K}, BLOCK_M "
             f"{block_m}: {smem} of {RESIDENT_SMEM} bytes)",
         )
-    pdl = pdl_enabled(x)
-    if resident:
         name, targs = "down_wgmma_resident", (block_m // 8, warps, rt, pdl)
     elif depth:  # three x chunk buffers in the swizzle, from a 1024-byte boundary
         smem = 3 * block_m * CHUNK_K * 2 + 1024
