@@ -5,8 +5,7 @@
 #     (ab_decode.sh's profile, for "One decode step at batch 1, by op"), the first token without HTTP at 128 / 1024
 #     tokens, bf16 experts against the copies (where does the default lose on this card?), and the grouped kernels'
 #     GPU tests, then each alone at 128 / 512 / 1024 tokens, bf16 against the copies.
-#   H100: the grouped 12-bit kernels' GPU tests, `down_wgmma_resident`'s first run among them, then every grouped
-#     variant alone at 512 / 1024 / 4096 tokens (does the resident down beat the one-tile down of the plans?).
+#   H100: the grouped 12-bit kernels' GPU tests, then every grouped variant alone at 512 / 1024 / 4096 tokens.
 # Each later part runs only when the seconds it needs are left of BUDGET (560).
 set -u
 source "$(dirname "$0")/common.sh"

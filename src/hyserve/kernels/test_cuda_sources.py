@@ -34,7 +34,7 @@ def _sources() -> list[tuple[str, str, list[str]]]:
     """(label, source, template instances) of each NVRTC source."""
     from hyserve.kernels.mma_gemv.cuda_kernel import SOURCE as GEMV
     from hyserve.kernels.mma_gemv.cuda_kernel import SPLITS
-    from hyserve.kernels.moe.mma_grouped import PLANS, RESIDENT_TILES, UNPLANNED_TILES
+    from hyserve.kernels.moe.mma_grouped import PLANS, UNPLANNED_TILES
     from hyserve.kernels.moe.mma_pairs import GATE_UP_TILES, KSPLITS
     from hyserve.kernels.moe.mma_pairs import SOURCE as PAIRS
     from hyserve.kernels.routed_projection.mma_kernel import SOURCE as ROUTE
@@ -49,12 +49,6 @@ def _sources() -> list[tuple[str, str, list[str]]]:
                     grouped.append(f"grouped_wgmma<{bm // 8}, {warps}, {depth}, {_b(down)}, {_b(p)}>")
                 else:
                     grouped.append(f"grouped_mma<{bm // 8}, {warps}, {rt}, {_b(down)}, {_b(p)}>")
-    grouped += [
-        f"down_wgmma_resident<{bm // 8}, {w}, {rt}, {_b(p)}>"
-        for w, rt, _ in RESIDENT_TILES
-        for bm in (32, 64)
-        for p in pdl
-    ]
     pairs = [f"down_pairs_mma<9, {ks}, {4 // ks}, {_b(p)}>" for ks in KSPLITS for p in pdl]
     pairs += [f"gate_up_pairs_mma<{GATE_UP_TILES[0]}, {GATE_UP_TILES[1]}, {_b(p)}>" for p in pdl]
     route = [f"project_route_mma<{s}, {k}, {_b(p)}>" for s, k in ((4, 4), (8, 2)) for p in pdl]

@@ -304,7 +304,6 @@ MMA_GROUPED_TILES = (
     (4, 1, 2),
     (8, 1, 1),
     (8, 1, 2),
-    (16, 1, 1),
 )  # (WARPS, RT, DEPTH) variants of the grouped kernels (DEPTH 0: mma.sync, else wgmma, weight chunks ahead)
 
 
@@ -332,7 +331,7 @@ def grouped_mma_times(tokens: tuple[int, ...], top_k: int = 8) -> list[dict]:
 
 def _grouped_rows(lay: dict, packed, x: torch.Tensor, top_k: int, plan: dict) -> list[dict]:
     """grouped_mma_times' rows of one token count at the routing block size and Triton tiles of ``plan``."""
-    from hyserve.kernels.moe.mma_grouped import RESIDENT_TILES, gate_up_grouped_mma
+    from hyserve.kernels.moe.mma_grouped import gate_up_grouped_mma
     from hyserve.kernels.moe.routing import route_and_align
     from hyserve.kernels.moe.triton_gate_up import gate_up
     from hyserve.kernels.moe.triton_prefill import down_scatter_sum
@@ -353,7 +352,7 @@ def _grouped_rows(lay: dict, packed, x: torch.Tensor, top_k: int, plan: dict) ->
     down_args = (ref, lay["w_down"], lay["shared_down"], *routed[1:], T, top_k, plan["down"])
     dref = down_scatter_sum(*down_args)
     variants = [("triton plan", functools.partial(down_scatter_sum, *down_args), 1.0)]
-    for tiles in MMA_GROUPED_TILES + RESIDENT_TILES:
+    for tiles in MMA_GROUPED_TILES:
         fn = functools.partial(_mma_down_sum, ref, packed, routed, y, T, top_k, tiles)
         variants.append((_tiles_name(tiles), fn, 0.75))
     return rows + _time_variants(f"T={T:5d} bm {bm:3d} down+sum", variants, dref, nbytes // 2)
@@ -384,8 +383,6 @@ def _time_variants(label: str, variants: list, ref: torch.Tensor, nbytes: int) -
 
 
 def _tiles_name(tiles: tuple[int, int, int]) -> str:
-    if tiles[2] and tiles[1] > 1:
-        return f"resident {tiles[0]}w x {tiles[1]}t"
     return f"wgmma {tiles[0]}w d{tiles[2]}" if tiles[2] else f"mma {tiles[0]}w x {tiles[1]}t"
 
 

@@ -31,11 +31,6 @@ escapes and stores (the CUDA source: ``mma_grouped_cuda.py``). (Staging the weig
 memory too, and a warp-specialized form with a producer warp and mbarriers, were slower on the H100:
 docs/performance.md, 2026-12-06.)
 
-``down_wgmma_resident`` is that down with tiles (WARPS, RT > 1, 1): the block's h rows, all of K (I = 512: four
-chunks, 64 KB at BLOCK_M 64), are copied into shared memory once and each warp streams RT tiles in turn over them,
-its weights a chunk ahead across the tiles' boundaries; a CTA covers RT times the output columns, so each block's h
-is read from L2 RT times less often, the K loop has no barrier and each CTA's start is paid once per RT tiles.
-
 Where they win: ``PLANS`` (the H100 rows of docs/performance.md, 2026-12-06).
 """
 
@@ -63,10 +58,6 @@ BLOCK_MS = (16, 32, 64, 128)  # the routing's BLOCK_M values the kernel is built
 # against 17.64 / 26.50 with the Triton kernels at 128, 16 layers)
 PLANS = {16: (4, 1, 0), 32: (4, 1, 1), 64: (8, 1, 1)}
 UNPLANNED_TILES = (8, 1, 0)  # a direct call at another BLOCK_M (tests, bench)
-RESIDENT_SMEM = 227 * 1024  # the dynamic shared memory a Hopper CTA may have (the resident down's h chunks)
-# (WARPS, RT, 1) of ``down_wgmma_resident`` timed by ``bench --mma-grouped`` and built by the CUDA source test (no plan
-# takes one yet)
-RESIDENT_TILES = ((4, 4, 1), (8, 2, 1), (8, 4, 1), (8, 8, 1))
 Tiles = tuple[int, int, int]
 
 
@@ -166,24 +157,13 @@ def _launch(
         f"the grouped mma kernels take BLOCK_M in {BLOCK_MS} (got {block_m}), K a multiple of {CHUNK_K} (got {K}) "
         f"and an expert's {rows // 16} 16-row tiles a multiple of WARPS x RT = {warps} x {rt}",
     )
-    # down_wgmma_resident: RT tiles a warp in turn over all of h in shared memory
-    resident = bool(depth) and rt > 1
     require(
-        depth in (0, 1, 2) and (depth == 0 or (warps % 4 == 0 and (rt == 1 or resident))),
+        depth in (0, 1, 2) and (depth == 0 or (rt == 1 and warps % 4 == 0)),
         f"wgmma tiles are warpgroups of one 16-row tile a warp, one or two chunks ahead (got {warps} warps x {rt}, "
         f"depth {depth})",
     )
     pdl = pdl_enabled(x)
-    if resident:  # all of h's K / 128 chunks in the swizzle, from a 1024-byte boundary
-        smem = K // CHUNK_K * block_m * CHUNK_K * 2 + 1024
-        require(
-            down and depth == 1 and K % (2 * CHUNK_K) == 0 and smem <= RESIDENT_SMEM,
-            f"wgmma tiles of RT > 1 tiles a warp take the down kernel one chunk ahead, with all of h's K / 128 chunks "
-            f"(an even count) in shared memory (got {'down' if down else 'gate_up'}, depth {depth}, K {K}, BLOCK_M "
-            f"{block_m}: {smem} of {RESIDENT_SMEM} bytes)",
-        )
-        name, targs = "down_wgmma_resident", (block_m // 8, warps, rt, pdl)
-    elif depth:  # three x chunk buffers in the swizzle, from a 1024-byte boundary
+    if depth:  # three x chunk buffers in the swizzle, from a 1024-byte boundary
         smem = 3 * block_m * CHUNK_K * 2 + 1024
         name, targs = "grouped_wgmma", (block_m // 8, warps, depth, down, pdl)
     else:

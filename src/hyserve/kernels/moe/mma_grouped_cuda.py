@@ -361,37 +361,6 @@ __global__ void __launch_bounds__(32 * WARPS) grouped_mma(
   for (int rt = 0; rt < RT; ++rt) tile_store<NT, DOWN>(c[rt], tin0 + rt, out, out_ld, dst, wrow, cnt, g, t);
 }
 
-// the dynamic shared memory from its first 1024-byte boundary (the 128-byte swizzle's period)
-__device__ __forceinline__ bf16_t* swizzle_aligned(unsigned char* smem) {
-  const unsigned int s0 = (unsigned int)__cvta_generic_to_shared(smem);
-  return reinterpret_cast<bf16_t*>(smem + ((1024u - (s0 & 1023u)) & 1023u));
-}
-
-// chunk ch's 4 low and 2 code words of the thread, lp / cp its tile's words (lane added)
-__device__ __forceinline__ void chunk_words(uint4 (&w)[6], const uint4* lp, const uint4* cp, int ch) {
-#pragma unroll
-  for (int i = 0; i < 4; ++i) w[i] = __ldg(lp + ch * 128 + i * 32);
-#pragma unroll
-  for (int i = 0; i < 2; ++i) w[4 + i] = __ldg(cp + ch * 64 + i * 32);
-}
-
-template <int NT>
-__device__ __forceinline__ void zero_acc(float (&c)[NT][4]) {
-#pragma unroll
-  for (int j = 0; j < NT; ++j) c[j][0] = c[j][1] = c[j][2] = c[j][3] = 0.f;
-}
-
-// c += a chunk's weights (w, decoded into the warpgroup's A registers) times the tokens at shared address sb
-template <int NT, int BM>
-__device__ __forceinline__ void decode_wgmma_chunk(float (&c)[NT][4], const uint4 (&w)[6], unsigned int base4,
-                                                   unsigned int sb, int n16) {
-  const uint4 lo[4] = {w[0], w[1], w[2], w[3]}, cd[2] = {w[4], w[5]};
-  unsigned int a[8][4];
-#pragma unroll
-  for (int i = 0; i < 8; ++i) decode_step(lo, cd, base4, i, a[i]);
-  wgmma_chunk<NT, BM>(c, a, sb, n16);
-}
-
 // The same contract on wgmma: warp w takes one 16-row tile and each warpgroup's four tiles are the A operand of one
 // m64nNk16 a k16 step (wgmma_chunk). A warp's weights stream from global memory into DEPTH + 1 register buffers,
 // DEPTH chunks ahead of the one it decodes (no register moves: the loop is unrolled over the buffers); the block's x
@@ -422,7 +391,12 @@ __global__ void __launch_bounds__(32 * WARPS) grouped_wgmma(
   const uint4* cp = codes + (size_t)tile * (K >> 6) * 32 + lane;  // + 64 ch
   uint4 w0[6], w1[6], w2[6];  // a chunk's 4 low and 2 code words of the thread; chunk ch in buffer ch % (DEPTH + 1)
   auto fetch = [&](uint4 (&w)[6], int ch) {
-    if (ch < nch) chunk_words(w, lp, cp, ch);
+    if (ch < nch) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) w[i] = __ldg(lp + ch * 128 + i * 32);
+#pragma unroll
+      for (int i = 0; i < 2; ++i) w[4 + i] = __ldg(cp + ch * 64 + i * 32);
+    }
   };
   fetch(w0, 0);
   if (DEPTH == 2) fetch(w1, 1);
@@ -433,7 +407,8 @@ __global__ void __launch_bounds__(32 * WARPS) grouped_wgmma(
   if (nch > 1) load_x_swizzled<BM, THREADS>(xs + BUF, x, src, cnt, K, 1, tid);
   cp_async_commit();
   float c[NT][4];
-  zero_acc<NT>(c);
+#pragma unroll
+  for (int j = 0; j < NT; ++j) c[j][0] = c[j][1] = c[j][2] = c[j][3] = 0.f;
   float gs[GROWS];
 #pragma unroll
   for (int q = 0; q < GROWS; ++q) gs[q] = 0.f;
@@ -448,7 +423,11 @@ __global__ void __launch_bounds__(32 * WARPS) grouped_wgmma(
     if (ch + 2 < nch) load_x_swizzled<BM, THREADS>(xs + (ch + 2) % 3 * BUF, x, src, cnt, K, ch + 2, tid);
     cp_async_commit();
     const bf16_t* xb = xs + (ch % 3) * BUF;
-    decode_wgmma_chunk<NT, BM>(c, cur, base4, (unsigned int)__cvta_generic_to_shared(xb), n16);
+    const uint4 lo[4] = {cur[0], cur[1], cur[2], cur[3]}, cd[2] = {cur[4], cur[5]};
+    unsigned int a[8][4];
+#pragma unroll
+    for (int i = 0; i < 8; ++i) decode_step(lo, cd, base4, i, a[i]);
+    wgmma_chunk<NT, BM>(c, a, (unsigned int)__cvta_generic_to_shared(xb), n16);
     if (gate) gate_chunk<BM, 0, true, GROWS, THREADS>(gs, xb, sgate, ch, cnt, tid);
   };
   ring_chunks<DEPTH>(nch, w0, w1, w2, step);
@@ -456,67 +435,6 @@ __global__ void __launch_bounds__(32 * WARPS) grouped_wgmma(
   tile_escapes<NT>(c, tile, x, K, src, eptr, ecol, edelta, cnt, g, t);
   __syncthreads();  // wrow
   tile_store<NT, DOWN>(c, tin, out, out_ld, dst, wrow, cnt, g, t);
-}
-
-// grouped_wgmma's down with the block's h rows resident: all K / 128 chunks are copied into shared memory once, and
-// warp w then streams TG tiles one after another over them (tiles tin0 + WARPS tg, tin0 = TG WARPS blockIdx.x + w),
-// its weights one chunk ahead across the tiles' boundaries (K / 128 even: each tile starts in buffer w0). A CTA
-// covers 16 TG WARPS output columns, so h is read from L2 once per that many columns instead of once per 16 WARPS,
-// the K loop has no barrier, and each CTA's start (routing rows, the first loads) is paid once per TG tiles
-template <int NT, int WARPS, int TG, bool PDL>
-__global__ void __launch_bounds__(32 * WARPS, NT <= 8 ? 16 / WARPS : 1) down_wgmma_resident(
-    bf16_t* __restrict__ out, const bf16_t* __restrict__ x, const bf16_t* __restrict__ sgate,
-    const float* __restrict__ topk_w, const int* __restrict__ sorted, const int* __restrict__ meta,
-    const uint4* __restrict__ low, const uint4* __restrict__ codes, const int* __restrict__ base,
-    const int* __restrict__ eptr, const int* __restrict__ ecol, const float* __restrict__ edelta,
-    int N, int K, int R, int out_ld, int E, int maxb, int k_top) {
-  constexpr int BM = NT * 8, THREADS = 32 * WARPS, BUF = BM * 128;
-  static_assert(WARPS % 4 == 0 && TG >= 1, "whole warpgroups");
-  // [K / 128][BUF] h chunks from a 1024-byte boundary (the swizzle's period)
-  extern __shared__ __align__(16) unsigned char smem[];
-  bf16_t* xs = swizzle_aligned(smem);
-  __shared__ int src[BM], dst[BM];
-  __shared__ float wrow[BM];
-  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
-  int e, row0, cnt;
-  if (!block_begin<BM, true, PDL, THREADS>(e, row0, cnt, src, dst, wrow, meta, maxb, sorted, topk_w, N, k_top, tid))
-    return;
-  const int nch = K >> 7;
-  const int tin0 = blockIdx.x * TG * WARPS + warp, tile0 = e * (R >> 4) + tin0;
-  // chunk ch of tile group tg: the thread's 4 low and 2 code words (the last tile's fetches past its end skipped)
-  auto fetch = [&](uint4 (&w)[6], int tg, int ch) {
-    if (ch == nch) ++tg, ch = 0;
-    if (tg < TG) {
-      const size_t tile = (size_t)(tile0 + tg * WARPS);
-      chunk_words(w, low + tile * (K >> 5) * 32 + lane, codes + tile * (K >> 6) * 32 + lane, ch);
-    }
-  };
-  uint4 w0[6], w1[6];
-  fetch(w0, 0, 0);
-  __syncthreads();  // src
-  for (int ch = 0; ch < nch; ++ch) load_x_swizzled<BM, THREADS>(xs + ch * BUF, x, src, cnt, K, ch, tid);
-  cp_async_commit();
-  cp_async_wait<0>();
-  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");  // the copies, for the tensor cores' reads
-  __syncthreads();  // every thread's copies
-  const int n16 = (cnt + 15) >> 4;
-  const unsigned int xs_addr = (unsigned int)__cvta_generic_to_shared(xs);
-  unsigned int base4 = tile_base4(base, tile0, g);
-#pragma unroll 1
-  for (int tg = 0; tg < TG; ++tg) {
-    const int tile = tile0 + tg * WARPS;
-    const unsigned int base_next = tg + 1 < TG ? tile_base4(base, tile + WARPS, g) : 0u;  // off the next tile's path
-    float c[NT][4];
-    zero_acc<NT>(c);
-    auto step = [&](int ch, const uint4 (&cur)[6], uint4 (&nxt)[6]) {
-      fetch(nxt, tg, ch + 1);
-      decode_wgmma_chunk<NT, BM>(c, cur, base4, xs_addr + ch * BUF * 2, n16);
-    };
-    ring_chunks<1>(nch, w0, w1, w0, step);
-    tile_escapes<NT>(c, tile, x, K, src, eptr, ecol, edelta, cnt, g, t);
-    tile_store<NT, true>(c, tin0 + tg * WARPS, out, out_ld, dst, wrow, cnt, g, t);
-    base4 = base_next;
-  }
 }
 """
 )

@@ -153,45 +153,14 @@ def test_tiles_match_reference(monkeypatch, experts, T, block_m, tiles, pdl):
     assert rel_err(y.float(), down_grouped_reference(h, packed, *routed).float()) < 1e-2
 
 
-@pytest.mark.parametrize(
-    "T,block_m,tiles",
-    [(200, 32, (4, 4, 1)), (1024, 64, (8, 2, 1)), (1024, 64, (8, 4, 1)), (1500, 128, (8, 8, 1))],
-)
-@pytest.mark.parametrize("pdl", ["0", "1"])
-def test_resident_down_matches_reference(monkeypatch, experts, T, block_m, tiles, pdl):
-    """The down with the block's h in shared memory and RT tiles a warp in turn (weights prefetched across the
-    tiles' boundaries, each tile's escapes and stores between them): the reference's results, NaN-poisoned, and
-    bit-identical to the one-tile kernel (the same sums in the same order)."""
-    monkeypatch.setenv("HYSERVE_PDL", pdl)
-    w, shared, sg, packed = experts
-    x, rt = _routing(T, block_m, seed=11 * T)
-    routed = (rt.topk_weights, rt.sorted_pairs, rt.meta, rt.max_blocks)
-    h = gate_up_grouped_mma(x, packed, sg, *routed, block_m)
-    out = torch.full((T * TOP_K + T, HIDDEN), float("nan"), device="cuda", dtype=torch.bfloat16)
-    y = down_grouped_mma(h, packed, *routed, block_m, tiles=tiles, out=out)
-    assert not y.isnan().any()
-    assert rel_err(y.float(), down_grouped_reference(h, packed, *routed).float()) < 1e-2
-    one = down_grouped_mma(h, packed, *routed, block_m, tiles=(tiles[0], 1, 1))
-    assert torch.equal(y, one)
-
-
 @pytest.mark.parametrize("tiles", [(4, 2, 1), (2, 1, 1), (4, 1, 3)])
 def test_rejects_unsupported_wgmma_tiles(experts, tiles):
-    """Row tiles (the gate_up has no resident form), part of a warpgroup, or three chunks ahead."""
+    """Row tiles, part of a warpgroup, or three chunks ahead."""
     w, shared, sg, packed = experts
     x, rt = _routing(64, 16, seed=1)
     routed = (rt.topk_weights, rt.sorted_pairs, rt.meta, rt.max_blocks, 16)
     with pytest.raises(ValueError):
         gate_up_grouped_mma(x, packed, sg, *routed, tiles=tiles)
-
-
-def test_resident_down_rejects_two_chunks_ahead(experts):
-    w, shared, sg, packed = experts
-    x, rt = _routing(64, 16, seed=1)
-    routed = (rt.topk_weights, rt.sorted_pairs, rt.meta, rt.max_blocks, 16)
-    h = torch.zeros(64 * TOP_K + 64, INTER, device="cuda", dtype=torch.bfloat16)
-    with pytest.raises(ValueError, match="one chunk ahead"):
-        down_grouped_mma(h, packed, *routed, tiles=(8, 2, 2))
 
 
 def test_fused_moe_over_the_copies_matches_the_bf16_path(experts):
