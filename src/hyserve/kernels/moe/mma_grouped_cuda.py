@@ -436,5 +436,114 @@ __global__ void __launch_bounds__(32 * WARPS) grouped_wgmma(
   __syncthreads();  // wrow
   tile_store<NT, DOWN>(c, tin, out, out_ld, dst, wrow, cnt, g, t);
 }
+
+// grouped_wgmma (one chunk ahead) on a persistent grid: CTA i takes the work items i, i + gridDim.x, ... (item =
+// block b x its R / 16 / WARPS tile groups, tile groups fastest, so the CTAs beside it share the block's x rows in
+// L2), and the chunk stream runs on across an item's end: the next item's rows are gathered during its first chunk,
+// and its first weight chunk and first two x chunks are in flight while this one's epilogue runs. The rows of the
+// two items alternate between two sets; K / 128 must be even and at least 4 (the next rows are visible two barriers
+// before their first x copy)
+template <int NT, int WARPS, bool DOWN, bool PDL>
+__global__ void __launch_bounds__(32 * WARPS, 16 / WARPS) grouped_wgmma_persistent(
+    bf16_t* __restrict__ out, const bf16_t* __restrict__ x, const bf16_t* __restrict__ sgate,
+    const float* __restrict__ topk_w, const int* __restrict__ sorted, const int* __restrict__ meta,
+    const uint4* __restrict__ low, const uint4* __restrict__ codes, const int* __restrict__ base,
+    const int* __restrict__ eptr, const int* __restrict__ ecol, const float* __restrict__ edelta,
+    int N, int K, int R, int out_ld, int E, int maxb, int k_top) {
+  constexpr int BM = NT * 8, THREADS = 32 * WARPS, BUF = BM * 128;
+  constexpr int GROWS = (BM * 4 + THREADS - 1) / THREADS;
+  static_assert(WARPS % 4 == 0, "whole warpgroups");
+  extern __shared__ __align__(16) unsigned char smem[];
+  const unsigned int s0 = (unsigned int)__cvta_generic_to_shared(smem);
+  bf16_t* xs = reinterpret_cast<bf16_t*>(smem + ((1024u - (s0 & 1023u)) & 1023u));
+  __shared__ int src[2][BM], dst[2][BM];
+  __shared__ float wrow[2][BM];
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
+  const int tpb = (R >> 4) / WARPS, nch = K >> 7;
+  if (PDL) pdl_wait();
+  const int items = __ldcg(meta + 3 * maxb) * tpb;
+  int item = blockIdx.x;
+  if (item >= items) return;
+  int e = __ldcg(meta + item / tpb), row0 = __ldcg(meta + maxb + item / tpb), cnt = __ldcg(meta + 2 * maxb + item / tpb);
+  block_rows<BM, DOWN, THREADS>(src[0], dst[0], wrow[0], sorted, topk_w, row0, cnt, N, k_top, tid);
+  int tin = item % tpb * WARPS + warp, tile = e * (R >> 4) + tin;
+  uint4 w0[6], w1[6];  // a chunk's 4 low and 2 code words of the thread; even chunks in w0
+  auto fetch = [&](uint4 (&w)[6], int tl, int ch) {
+    const uint4* lp = low + (size_t)tl * (K >> 5) * 32 + lane + ch * 128;
+    const uint4* cp = codes + (size_t)tl * (K >> 6) * 32 + lane + ch * 64;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) w[i] = __ldg(lp + i * 32);
+#pragma unroll
+    for (int i = 0; i < 2; ++i) w[4 + i] = __ldg(cp + i * 32);
+  };
+  fetch(w0, tile, 0);
+  unsigned int base4 = tile_base4(base, tile, g);
+  __syncthreads();  // src
+  load_x_swizzled<BM, THREADS>(xs, x, src[0], cnt, K, 0, tid);
+  cp_async_commit();
+  load_x_swizzled<BM, THREADS>(xs + BUF, x, src[0], cnt, K, 1, tid);
+  cp_async_commit();
+  int set = 0, gc = 0;  // the item's row set; the CTA's chunks so far (x buffer gc % 3)
+  for (;;) {
+    const int next = item + gridDim.x;
+    const bool more = next < items;
+    int ne = 0, ncnt = 0, nrow0 = 0;
+    if (more) {
+      ne = __ldcg(meta + next / tpb), nrow0 = __ldcg(meta + maxb + next / tpb);
+      ncnt = __ldcg(meta + 2 * maxb + next / tpb);
+    }
+    const int ntin = next % tpb * WARPS + warp, ntile = ne * (R >> 4) + ntin;
+    unsigned int nbase4 = 0;
+    float c[NT][4];
+#pragma unroll
+    for (int j = 0; j < NT; ++j) c[j][0] = c[j][1] = c[j][2] = c[j][3] = 0.f;
+    float gs[GROWS];
+#pragma unroll
+    for (int q = 0; q < GROWS; ++q) gs[q] = 0.f;
+    const bool gate = !DOWN && e == E && sgate;
+    const int n16 = (cnt + 15) >> 4;
+    // chunk ch from buffer cur, while the chunk after it (this item's ch + 1, or the next item's first) loads into nxt
+    auto step = [&](int ch, const uint4 (&cur)[6], uint4 (&nxt)[6]) {
+      if (ch + 1 < nch) {
+        fetch(nxt, tile, ch + 1);
+      } else if (more) {
+        fetch(nxt, ntile, 0);
+        nbase4 = tile_base4(base, ntile, g);
+      }
+      cp_async_wait<1>();
+      asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+      __syncthreads();  // as grouped_wgmma's; and every thread is past the previous item's epilogue
+      if (ch == 0 && more)
+        block_rows<BM, DOWN, THREADS>(src[set ^ 1], dst[set ^ 1], wrow[set ^ 1], sorted, topk_w, nrow0, ncnt, N,
+                                      k_top, tid);
+      bf16_t* xn = xs + (gc + 2) % 3 * BUF;
+      if (ch + 2 < nch) {
+        load_x_swizzled<BM, THREADS>(xn, x, src[set], cnt, K, ch + 2, tid);
+      } else if (more) {
+        load_x_swizzled<BM, THREADS>(xn, x, src[set ^ 1], ncnt, K, ch + 2 - nch, tid);
+      }
+      cp_async_commit();
+      const bf16_t* xb = xs + gc % 3 * BUF;
+      const uint4 lo[4] = {cur[0], cur[1], cur[2], cur[3]}, cd[2] = {cur[4], cur[5]};
+      unsigned int a[8][4];
+#pragma unroll
+      for (int i = 0; i < 8; ++i) decode_step(lo, cd, base4, i, a[i]);
+      wgmma_chunk<NT, BM>(c, a, (unsigned int)__cvta_generic_to_shared(xb), n16);
+      if (gate) gate_chunk<BM, 0, true, GROWS, THREADS>(gs, xb, sgate, ch, cnt, tid);
+      ++gc;
+    };
+#pragma unroll 1
+    for (int ch = 0; ch < nch; ch += 2) {
+      step(ch, w0, w1);
+      step(ch + 1, w1, w0);
+    }
+    if (gate) gate_finish<GROWS, THREADS>(wrow[set], gs, cnt, tid);
+    tile_escapes<NT>(c, tile, x, K, src[set], eptr, ecol, edelta, cnt, g, t);
+    __syncthreads();  // wrow
+    tile_store<NT, DOWN>(c, tin, out, out_ld, dst[set], wrow[set], cnt, g, t);
+    if (!more) break;
+    item = next, e = ne, cnt = ncnt, tin = ntin, tile = ntile, base4 = nbase4, set ^= 1;
+  }
+}
 """
 )
