@@ -439,10 +439,10 @@ __global__ void __launch_bounds__(32 * WARPS) grouped_wgmma(
 
 // grouped_wgmma (one chunk ahead) on a persistent grid: CTA i takes the work items i, i + gridDim.x, ... (item =
 // block b x its R / 16 / WARPS tile groups, tile groups fastest, so the CTAs beside it share the block's x rows in
-// L2), and the chunk stream runs on across an item's end: the next item's rows are gathered during its first chunk,
-// and its first weight chunk and first two x chunks are in flight while this one's epilogue runs. The rows of the
-// two items alternate between two sets; K / 128 must be even and at least 4 (the next rows are visible two barriers
-// before their first x copy)
+// L2), and the chunk stream runs on across an item's end: the next item's rows are gathered during this one's first
+// chunk, and its first weight chunk and first two x chunks are in flight while this one's last chunks and epilogue
+// run. The two items' rows alternate between two sets; K / 128 must be even and at least 4 (the next rows are
+// written a barrier before their first x copy)
 template <int NT, int WARPS, bool DOWN, bool PDL>
 __global__ void __launch_bounds__(32 * WARPS, 16 / WARPS) grouped_wgmma_persistent(
     bf16_t* __restrict__ out, const bf16_t* __restrict__ x, const bf16_t* __restrict__ sgate,
