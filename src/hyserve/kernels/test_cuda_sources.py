@@ -1,8 +1,8 @@
 """The CUDA C++ kernels that ``kernels/nvrtc.py`` compiles at run time build for sm_90a with nvcc, every warning an
 error, on a machine without a GPU (skipped where nvcc is not installed): the instances the plans launch, each PDL
-on and off, and the persistent grouped kernel the bench times. The GPU tests run them against their references;
-this catches a source that no longer builds, or builds with a warning (a member template called without
-``template`` on a dependent type built with "expression has no effect"), before a device session does."""
+on and off. The GPU tests run them against their references; this catches a source that no longer builds, or builds
+with a warning (a member template called without ``template`` on a dependent type built with "expression has no
+effect"), before a device session does."""
 
 from __future__ import annotations
 
@@ -49,13 +49,6 @@ def _sources() -> list[tuple[str, str, list[str]]]:
                     grouped.append(f"grouped_wgmma<{bm // 8}, {warps}, {depth}, {_b(down)}, {_b(p)}>")
                 else:
                     grouped.append(f"grouped_mma<{bm // 8}, {warps}, {rt}, {_b(down)}, {_b(p)}>")
-    grouped += [
-        f"grouped_wgmma_persistent<{bm // 8}, {w}, {_b(down)}, {_b(p)}>"
-        for bm in (32, 64)
-        for w in (4, 8)
-        for down in (False, True)
-        for p in pdl
-    ]
     pairs = [f"down_pairs_mma<9, {ks}, {4 // ks}, {_b(p)}>" for ks in KSPLITS for p in pdl]
     pairs += [f"gate_up_pairs_mma<{GATE_UP_TILES[0]}, {GATE_UP_TILES[1]}, {_b(p)}>" for p in pdl]
     route = [f"project_route_mma<{s}, {k}, {_b(p)}>" for s, k in ((4, 4), (8, 2)) for p in pdl]

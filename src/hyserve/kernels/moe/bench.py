@@ -304,10 +304,7 @@ MMA_GROUPED_TILES = (
     (4, 1, 2),
     (8, 1, 1),
     (8, 1, 2),
-    (4, 1, 1, 4),
-    (8, 1, 1, 2),
-)  # (WARPS, RT, DEPTH) variants of the grouped kernels (DEPTH 0: mma.sync, else wgmma, weight chunks ahead); a 4th
-# element: the persistent wgmma kernel on that many CTAs an SM
+)  # (WARPS, RT, DEPTH) variants of the grouped kernels (DEPTH 0: mma.sync, else wgmma, weight chunks ahead)
 
 
 def grouped_mma_times(tokens: tuple[int, ...], top_k: int = 8) -> list[dict]:
@@ -385,13 +382,11 @@ def _time_variants(label: str, variants: list, ref: torch.Tensor, nbytes: int) -
     return rows
 
 
-def _tiles_name(tiles: tuple[int, ...]) -> str:
-    if len(tiles) > 3:
-        return f"persist {tiles[0]}w {tiles[3]}/SM"
+def _tiles_name(tiles: tuple[int, int, int]) -> str:
     return f"wgmma {tiles[0]}w d{tiles[2]}" if tiles[2] else f"mma {tiles[0]}w x {tiles[1]}t"
 
 
-def _mma_down_sum(h, packed, routed, y, T: int, top_k: int, tiles: tuple[int, ...]) -> torch.Tensor:
+def _mma_down_sum(h, packed, routed, y, T: int, top_k: int, tiles: tuple[int, int, int]) -> torch.Tensor:
     from hyserve.kernels.moe.mma_grouped import down_grouped_mma
     from hyserve.kernels.moe.triton_prefill import sum_rows
 

@@ -58,8 +58,7 @@ BLOCK_MS = (16, 32, 64, 128)  # the routing's BLOCK_M values the kernel is built
 # against 17.64 / 26.50 with the Triton kernels at 128, 16 layers)
 PLANS = {16: (4, 1, 0), 32: (4, 1, 1), 64: (8, 1, 1)}
 UNPLANNED_TILES = (8, 1, 0)  # a direct call at another BLOCK_M (tests, bench)
-# (WARPS, RT, DEPTH), or (WARPS, 1, 1, PER_SM) for ``grouped_wgmma_persistent`` on PER_SM CTAs an SM
-Tiles = tuple[int, ...]
+Tiles = tuple[int, int, int]
 
 
 def grouped_mma_takes(packed: MmaExperts, block_m: int, hidden: int) -> bool:
@@ -151,7 +150,7 @@ def _launch(
 ) -> torch.Tensor:
     """The grouped kernel over the packed matrix p (``rows`` packed rows an expert) into out; ``tiles`` (WARPS, RT,
     DEPTH), else the plan's for block_m."""
-    warps, rt, depth, *persist = tiles or PLANS.get(block_m, UNPLANNED_TILES)
+    warps, rt, depth = tiles or PLANS.get(block_m, UNPLANNED_TILES)
     k_top, K = topk_weights.shape[1], x.shape[1]
     require(
         block_m in BLOCK_MS and K % CHUNK_K == 0 and (rows // 16) % (warps * rt) == 0,
@@ -164,25 +163,14 @@ def _launch(
         f"depth {depth})",
     )
     pdl = pdl_enabled(x)
-    grid = (rows // 16 // (warps * rt), max_blocks)
-    if persist:  # as grouped_wgmma; a CTA per PER_SM an SM, each taking the work items in turn
-        require(
-            depth == 1 and persist[0] > 0 and K % (2 * CHUNK_K) == 0 and K >= 4 * CHUNK_K,
-            f"the persistent grouped kernel takes one chunk ahead, PER_SM > 0 and K a multiple of {2 * CHUNK_K}, at "
-            f"least {4 * CHUNK_K} (got depth {depth}, PER_SM {persist[0]}, K {K})",
-        )
-        sms = torch.cuda.get_device_properties(x.device).multi_processor_count
-        smem = 3 * block_m * CHUNK_K * 2 + 1024
-        grid = (min(persist[0] * sms, grid[0] * grid[1]), 1)
-        name, targs = "grouped_wgmma_persistent", (block_m // 8, warps, down, pdl)
-    elif depth:  # three x chunk buffers in the swizzle, from a 1024-byte boundary
+    if depth:  # three x chunk buffers in the swizzle, from a 1024-byte boundary
         smem = 3 * block_m * CHUNK_K * 2 + 1024
         name, targs = "grouped_wgmma", (block_m // 8, warps, depth, down, pdl)
     else:
         smem = 3 * block_m * (CHUNK_K + 8) * 2
         name, targs = "grouped_mma", (block_m // 8, warps, rt, down, pdl)
     template_kernel(SOURCE, name, targs, _PARAMS, x.device).launch(
-        grid,
+        (rows // 16 // (warps * rt), max_blocks),
         32 * warps,
         (out, x, sg, topk_weights, sorted_pairs, meta, p.low, p.codes, p.base, p.escape_ptr, p.escape_col,
          p.escape_delta, topk_weights.numel(), K, rows, out.shape[1], n_experts, max_blocks, k_top),
