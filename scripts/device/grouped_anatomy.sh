@@ -8,8 +8,8 @@
 #   nox       no x chunk copies after the first two (the tensor cores read stale chunks)
 #   nowgmma   the decoded words XORed into one accumulator instead of the wgmma
 #   bare      all four: the weight stream alone, in the same grid
-#   pfN       (the same bits as src) each warp also asks L2 for its weight chunks N ahead of the register ring
-#             (`cp.async.bulk.prefetch.L2`, lane 0, the chunk's 2 KB of low bytes and 1 KB of codes), N = 1, 2, 4
+# then, for each N in AHEADS (default "0 2"), src with `mma_grouped.L2_AHEAD = N` (the weight chunks a warp asks L2
+# for past its register ring; the same bits).
 # ~2-3 min. Carry .whl. TOKENS (default 512,1024), TILES (default the plans' (4,1,1) and (8,1,1)).
 set -u
 source "$(dirname "$0")/common.sh"
@@ -31,16 +31,15 @@ variant nosync "${NOSYNC[@]}"
 variant nox "${NOX[@]}"
 variant nowgmma "${NOWGMMA[@]}"
 variant bare "${NODECODE[@]}" "${NOSYNC[@]}" "${NOX[@]}" "${NOWGMMA[@]}"
-PFDEF='s/^\(__device__ __forceinline__ void cp_async_wait() .*\)$/\1\n__device__ __forceinline__ void l2_prefetch(const void* p, unsigned int n) { asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p), "r"(n) : "memory"); }/'
-for n in 1 2 4; do
-  variant pf$n "$PFDEF" \
-    "s/^  if (DEPTH == 2) fetch(w1, 1);\$/&\n  if (lane == 0) for (int q = DEPTH; q < DEPTH + $n \&\& q < nch; ++q) { l2_prefetch(lp + q * 128, 2048); l2_prefetch(cp + q * 64, 1024); }/" \
-    "s/^    fetch(nxt, ch + DEPTH);\$/&\n    if (lane == 0 \&\& ch + DEPTH + $n < nch) { l2_prefetch(lp + (ch + DEPTH + $n) * 128, 2048); l2_prefetch(cp + (ch + DEPTH + $n) * 64, 1024); }/"
-done
 nvidia-smi --query-gpu=name --format=csv,noheader | head -n 1
 B="import hyserve.kernels.moe.bench as b; b.MMA_GROUPED_TILES = (${TILES:-(4, 1, 1), (8, 1, 1)},); b.grouped_mma_times((${TOKENS:-512,1024},))"
 for tree in ${TREES:-src .v/nodecode/src .v/nosync/src .v/nox/src .v/nowgmma/src .v/bare/src src}; do
   echo "== $tree"
   PYTHONPATH=/tmp/site:$tree timeout 150 python3 -c "$B" 2>&1 | grep -E "^T=|Error|error" | sed 's/ rel err.*//'
+done
+for a in ${AHEADS-0 2}; do
+  echo "== src, L2_AHEAD $a"
+  PYTHONPATH=/tmp/site:src timeout 150 python3 -c "import hyserve.kernels.moe.mma_grouped as m; m.L2_AHEAD = $a; $B" 2>&1 \
+    | grep -E "^T=|Error|error" | sed 's/ rel err.*//'
 done
 rm -rf .v

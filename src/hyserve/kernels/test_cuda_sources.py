@@ -34,7 +34,7 @@ def _sources() -> list[tuple[str, str, list[str]]]:
     """(label, source, template instances) of each NVRTC source."""
     from hyserve.kernels.mma_gemv.cuda_kernel import SOURCE as GEMV
     from hyserve.kernels.mma_gemv.cuda_kernel import SPLITS
-    from hyserve.kernels.moe.mma_grouped import PLANS, UNPLANNED_TILES
+    from hyserve.kernels.moe.mma_grouped import L2_AHEAD, PLANS, UNPLANNED_TILES
     from hyserve.kernels.moe.mma_pairs import GATE_UP_TILES, KSPLITS
     from hyserve.kernels.moe.mma_pairs import SOURCE as PAIRS
     from hyserve.kernels.routed_projection.mma_kernel import SOURCE as ROUTE
@@ -46,7 +46,10 @@ def _sources() -> list[tuple[str, str, list[str]]]:
         for down in (False, True):
             for p in pdl:
                 if depth:
-                    grouped.append(f"grouped_wgmma<{bm // 8}, {warps}, {depth}, {_b(down)}, {_b(p)}>")
+                    grouped += [
+                        f"grouped_wgmma<{bm // 8}, {warps}, {depth}, {ahead}, {_b(down)}, {_b(p)}>"
+                        for ahead in sorted({0, L2_AHEAD})
+                    ]
                 else:
                     grouped.append(f"grouped_mma<{bm // 8}, {warps}, {rt}, {_b(down)}, {_b(p)}>")
     pairs = [f"down_pairs_mma<9, {ks}, {4 // ks}, {_b(p)}>" for ks in KSPLITS for p in pdl]

@@ -26,7 +26,8 @@ The grid is (rows of an expert / 16 / (WARPS RT), MAXB): blocks past the routing
 ``grouped_wgmma`` has the same contract on ``wgmma.mma_async``: a warpgroup's four decoded tiles are the A operand
 (registers) of one m64nNk16 a k16 step, N the block's tokens rounded up to 16 (an instance each, chosen at run
 time), the tokens read by the tensor cores from the chunk buffers in the K-major 128-byte swizzle; a warp's weights
-stream into registers DEPTH chunks ahead. The accumulators have the mma.sync layout, so both kernels share the gate,
+stream into registers DEPTH chunks ahead, and L2 is asked for the ``L2_AHEAD`` chunks after those (a bulk prefetch a
+chunk: more bytes in flight without registers). The accumulators have the mma.sync layout, so both kernels share the gate,
 escapes and stores (the CUDA source: ``mma_grouped_cuda.py``). (Staging the weights through shared
 memory too, and a warp-specialized form with a producer warp and mbarriers, were slower on the H100:
 docs/performance.md, 2026-12-06.)
@@ -58,6 +59,10 @@ BLOCK_MS = (16, 32, 64, 128)  # the routing's BLOCK_M values the kernel is built
 # against 17.64 / 26.50 with the Triton kernels at 128, 16 layers)
 PLANS = {16: (4, 1, 0), 32: (4, 1, 1), 64: (8, 1, 1)}
 UNPLANNED_TILES = (8, 1, 0)  # a direct call at another BLOCK_M (tests, bench)
+# weight chunks a wgmma warp asks L2 for past its register ring. H100, 2026-12-07 (scripts/device/grouped_anatomy.sh),
+# us at 512 / 1024 tokens with the plans' tiles, 0 / 1 / 2 / 4 ahead: gate_up 302.4 / 300.4 / 303.2 / 346.6 and
+# 327.7 / 323.0 / 335.6 / 398.9, down+sum 190.7 / 186.2 / 194.7 / 200.5 and 221.9 / 216.1 / 222.8 / 235.5
+L2_AHEAD = 1
 Tiles = tuple[int, int, int]
 
 
@@ -165,7 +170,7 @@ def _launch(
     pdl = pdl_enabled(x)
     if depth:  # three x chunk buffers in the swizzle, from a 1024-byte boundary
         smem = 3 * block_m * CHUNK_K * 2 + 1024
-        name, targs = "grouped_wgmma", (block_m // 8, warps, depth, down, pdl)
+        name, targs = "grouped_wgmma", (block_m // 8, warps, depth, L2_AHEAD, down, pdl)
     else:
         smem = 3 * block_m * (CHUNK_K + 8) * 2
         name, targs = "grouped_mma", (block_m // 8, warps, rt, down, pdl)

@@ -79,6 +79,10 @@ __device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
 template <int N>
 __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory"); }
+// ask L2 for n bytes at p (16-byte aligned, n a multiple of 16): one instruction, no registers, no completion to wait on
+__device__ __forceinline__ void l2_prefetch(const void* p, unsigned int n) {
+  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p), "r"(n) : "memory");
+}
 
 __device__ __forceinline__ void ldmatrix_x4(unsigned int (&r)[4], const void* smem) {
   const unsigned int s = (unsigned int)__cvta_generic_to_shared(smem);
@@ -363,9 +367,10 @@ __global__ void __launch_bounds__(32 * WARPS) grouped_mma(
 
 // The same contract on wgmma: warp w takes one 16-row tile and each warpgroup's four tiles are the A operand of one
 // m64nNk16 a k16 step (wgmma_chunk). A warp's weights stream from global memory into DEPTH + 1 register buffers,
-// DEPTH chunks ahead of the one it decodes (no register moves: the loop is unrolled over the buffers); the block's x
-// rows pass through three chunk buffers in the swizzle the tensor cores read
-template <int NT, int WARPS, int DEPTH, bool DOWN, bool PDL>
+// DEPTH chunks ahead of the one it decodes (no register moves: the loop is unrolled over the buffers), and its lane 0
+// asks L2 for the L2A chunks after those (more of the stream in flight than the registers hold); the block's x rows
+// pass through three chunk buffers in the swizzle the tensor cores read
+template <int NT, int WARPS, int DEPTH, int L2A, bool DOWN, bool PDL>
 __global__ void __launch_bounds__(32 * WARPS) grouped_wgmma(
     bf16_t* __restrict__ out, const bf16_t* __restrict__ x, const bf16_t* __restrict__ sgate,
     const float* __restrict__ topk_w, const int* __restrict__ sorted, const int* __restrict__ meta,
@@ -398,8 +403,16 @@ __global__ void __launch_bounds__(32 * WARPS) grouped_wgmma(
       for (int i = 0; i < 2; ++i) w[4 + i] = __ldg(cp + ch * 64 + i * 32);
     }
   };
+  auto ahead = [&](int ch) {  // chunk ch's 2 KB of low bytes and 1 KB of codes into L2
+    if (L2A > 0 && lane == 0 && ch < nch) {
+      l2_prefetch(lp + ch * 128, 2048);
+      l2_prefetch(cp + ch * 64, 1024);
+    }
+  };
   fetch(w0, 0);
   if (DEPTH == 2) fetch(w1, 1);
+#pragma unroll
+  for (int q = DEPTH; q < DEPTH + L2A; ++q) ahead(q);
   const unsigned int base4 = tile_base4(base, tile, g);
   __syncthreads();  // src
   load_x_swizzled<BM, THREADS>(xs, x, src, cnt, K, 0, tid);
@@ -417,6 +430,7 @@ __global__ void __launch_bounds__(32 * WARPS) grouped_wgmma(
   // chunk ch from buffer cur, while chunk ch + DEPTH loads into nxt (chunk ch - 1's)
   auto step = [&](int ch, const uint4 (&cur)[6], uint4 (&nxt)[6]) {
     fetch(nxt, ch + DEPTH);
+    ahead(ch + DEPTH + L2A);
     cp_async_wait<1>();  // chunk ch of x has landed (only ch + 1 may still be in flight)
     asm volatile("fence.proxy.async.shared::cta;" ::: "memory");  // ... for the tensor cores' reads too
     __syncthreads();  // ... for every thread's copies; and every warp is done with chunk ch - 1's buffer

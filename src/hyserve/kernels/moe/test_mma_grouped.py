@@ -153,6 +153,24 @@ def test_tiles_match_reference(monkeypatch, experts, T, block_m, tiles, pdl):
     assert rel_err(y.float(), down_grouped_reference(h, packed, *routed).float()) < 1e-2
 
 
+@pytest.mark.parametrize("T,block_m", [(200, 32), (1024, 64)])
+def test_l2_lookahead_moves_no_bits(monkeypatch, experts, T, block_m):
+    """The L2 prefetch of the weight chunks past a warp's register ring (``L2_AHEAD``) changes no result: the same
+    bits with 0, 1 and 3 chunks ahead (3 reaches past the down's 4 chunks), with the plans' wgmma tiles."""
+    from hyserve.kernels.moe import mma_grouped
+
+    w, shared, sg, packed = experts
+    x, rt = _routing(T, block_m, seed=11 * T)
+    routed = (rt.topk_weights, rt.sorted_pairs, rt.meta, rt.max_blocks, block_m)
+    outs = []
+    for ahead in (0, 1, 3):
+        monkeypatch.setattr(mma_grouped, "L2_AHEAD", ahead)
+        h = gate_up_grouped_mma(x, packed, sg, *routed)
+        outs.append((h, down_grouped_mma(h, packed, *routed)))
+    for h, y in outs[1:]:
+        assert torch.equal(h, outs[0][0]) and torch.equal(y, outs[0][1])
+
+
 @pytest.mark.parametrize("tiles", [(4, 2, 1), (2, 1, 1), (4, 1, 3)])
 def test_rejects_unsupported_wgmma_tiles(experts, tiles):
     """Row tiles, part of a warpgroup, or three chunks ahead."""
