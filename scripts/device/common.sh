@@ -44,3 +44,11 @@ json.dump(raw, open(sys.argv[2], "w"), indent=1)
 PY
   echo $d
 }
+# `variant NAME SED-SCRIPT...`: .v/NAME/src = a copy of src with the file $F (a path under src) edited by each sed
+# script in turn (the probes of the *_anatomy.sh scripts: timing only); says so if the edits changed nothing.
+variant() {
+  local name=$1; shift
+  rm -rf .v/$name; mkdir -p .v/$name && cp -r src .v/$name/
+  for e in "$@"; do sed -i "$e" .v/$name/src/$F; done
+  if cmp -s src/$F .v/$name/src/$F; then echo "variant $name: the edit did not apply"; fi
+}

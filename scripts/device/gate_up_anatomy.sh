@@ -12,12 +12,6 @@
 set -u
 source "$(dirname "$0")/common.sh"
 F=hyserve/kernels/moe/mma_pairs.py
-variant() {  # variant NAME SED-SCRIPT...: .v/NAME/src = src with F edited
-  local name=$1; shift
-  rm -rf .v/$name; mkdir -p .v/$name && cp -r src .v/$name/
-  for e in "$@"; do sed -i "$e" .v/$name/src/$F; done
-  if cmp -s src/$F .v/$name/src/$F; then echo "variant $name: the edit did not apply"; fi
-}
 NOIDS=('s/^  if (shared) start(E);$/  start(shared ? E : p);/' '/^  if (!shared) start(__ldcg(ids + p));$/d')
 NONORM=('s/load_x<SPLIT, NWR>(xn_s, x, nw, true,/load_x<SPLIT, NWR>(xn_s, x, nw, false,/')
 X='c[0] += __uint_as_float(0x3c000000u | (0xffffu \& (lo[0].x ^ lo[0].y ^ lo[0].z ^ lo[0].w ^ lo[1].x ^ lo[1].y ^ lo[1].z ^ lo[1].w ^ lo[2].x ^ lo[2].y ^ lo[2].z ^ lo[2].w ^ lo[3].x ^ lo[3].y ^ lo[3].z ^ lo[3].w ^ cd[0].x ^ cd[0].y ^ cd[0].z ^ cd[0].w ^ cd[1].x ^ cd[1].y ^ cd[1].z ^ cd[1].w ^ x2[t] ^ base4)));'

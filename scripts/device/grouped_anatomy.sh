@@ -14,12 +14,6 @@
 set -u
 source "$(dirname "$0")/common.sh"
 F=hyserve/kernels/moe/mma_grouped_cuda.py
-variant() {  # variant NAME SED-SCRIPT...: .v/NAME/src = src with F edited
-  local name=$1; shift
-  rm -rf .v/$name; mkdir -p .v/$name && cp -r src .v/$name/
-  for e in "$@"; do sed -i "$e" .v/$name/src/$F; done
-  if cmp -s src/$F .v/$name/src/$F; then echo "variant $name: the edit did not apply"; fi
-}
 RAW='a[i][0] = lo[i >> 1].x; a[i][1] = lo[i >> 1].y; a[i][2] = lo[i >> 1].z ^ cd[i >> 2].x; a[i][3] = lo[i >> 1].w ^ cd[i >> 2].y;'
 NODECODE=("s/^    for (int i = 0; i < 8; ++i) decode_step(lo, cd, base4, i, a\[i\]);\$/    for (int i = 0; i < 8; ++i) { $RAW }/")
 NOSYNC=('/^    __syncthreads();  \/\/ \.\.\. for every thread.s copies; and every warp is done with chunk ch - 1.s buffer$/d')
