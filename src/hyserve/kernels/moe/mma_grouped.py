@@ -27,8 +27,8 @@ The grid is (rows of an expert / 16 / (WARPS RT), MAXB): blocks past the routing
 (registers) of one m64nNk16 a k16 step, N the block's tokens rounded up to 16 (an instance each, chosen at run
 time), the tokens read by the tensor cores from the chunk buffers in the K-major 128-byte swizzle; a warp's weights
 stream into registers DEPTH chunks ahead, and L2 is asked for the ``L2_AHEAD`` chunks after those (a bulk prefetch a
-chunk: more bytes in flight without registers). The accumulators have the mma.sync layout, so both kernels share the gate,
-escapes and stores (the CUDA source: ``mma_grouped_cuda.py``). (Staging the weights through shared
+chunk: more bytes in flight without registers). The accumulators have the mma.sync layout, so both kernels share the
+gate, escapes and stores (the CUDA source: ``mma_grouped_cuda.py``). (Staging the weights through shared
 memory too, and a warp-specialized form with a producer warp and mbarriers, were slower on the H100:
 docs/performance.md, 2026-12-06.)
 

@@ -79,7 +79,7 @@ __device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
 template <int N>
 __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory"); }
-// ask L2 for n bytes at p (16-byte aligned, n a multiple of 16): one instruction, no registers, no completion to wait on
+// ask L2 for n bytes at p (16-byte aligned, n a multiple of 16): one instruction, no registers, nothing to wait on
 __device__ __forceinline__ void l2_prefetch(const void* p, unsigned int n) {
   asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p), "r"(n) : "memory");
 }
