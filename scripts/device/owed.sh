@@ -4,7 +4,8 @@
 #     (verify_serve.sh, ~6-7 min cold); then, while time is left, the batch-1 step by op under the default
 #     (ab_decode.sh's profile, for "One decode step at batch 1, by op"), the first token without HTTP at 128 / 1024
 #     tokens, bf16 experts against the copies (where does the default lose on this card?), and the grouped kernels'
-#     GPU tests, then each alone at 128 / 512 / 1024 tokens, bf16 against the copies.
+#     GPU tests, then each alone at 128 / 512 / 1024 tokens, bf16 against the copies; then their L2 lookahead
+#     (`mma_grouped.L2_AHEAD`) as committed against 0 and 2 chunks (grouped_anatomy.sh).
 #   H100: the grouped 12-bit kernels' GPU tests, then every grouped variant alone at 512 / 1024 / 4096 tokens.
 # Each later part runs only when the seconds it needs are left of BUDGET (560).
 set -u
@@ -27,6 +28,8 @@ if [ "$mem" -gt 100000 ]; then
     && SIDES="bf16:src:--no-mma-experts-only copies:src:" ROUNDS=1 REPS=5 TOP=6 KVGB=4 LENS=128,1024 \
       bash "$D/ab_prefill.sh" 2>&1 | tail -n 24
   left 150 "the grouped kernels' tests and each alone" && grouped 128,512,1024
+  left 120 "the grouped kernels' L2 lookahead, 1 against 0 and 2 chunks" \
+    && TREES=src AHEADS="0 2" bash "$D/grouped_anatomy.sh"
   exit 0
 fi
 grouped 512,1024,4096
