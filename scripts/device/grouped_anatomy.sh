@@ -10,7 +10,8 @@
 #   bare      all four: the weight stream alone, in the same grid
 # then, for each N in AHEADS (default "0 2"), src with `mma_grouped.L2_AHEAD = N` (the weight chunks a warp asks L2
 # for past its register ring; the same bits).
-# ~2-3 min. Carry .whl. TOKENS (default 512,1024), TILES (default the plans' (4,1,1) and (8,1,1)).
+# ~2-3 min. Carry .whl. TOKENS (default 512,1024), TILES (default the plans' (4,1,1) and (8,1,1)); TREES="" times
+# no tree, AHEADS="" no lookahead.
 set -u
 source "$(dirname "$0")/common.sh"
 F=hyserve/kernels/moe/mma_grouped_cuda.py
@@ -27,13 +28,15 @@ variant nowgmma "${NOWGMMA[@]}"
 variant bare "${NODECODE[@]}" "${NOSYNC[@]}" "${NOX[@]}" "${NOWGMMA[@]}"
 nvidia-smi --query-gpu=name --format=csv,noheader | head -n 1
 B="import hyserve.kernels.moe.bench as b; b.MMA_GROUPED_TILES = (${TILES:-(4, 1, 1), (8, 1, 1)},); b.grouped_mma_times((${TOKENS:-512,1024},))"
-for tree in ${TREES:-src .v/nodecode/src .v/nosync/src .v/nox/src .v/nowgmma/src .v/bare/src src}; do
+rows() {  # rows TREE PYTHON: the bench's timing lines of PYTHON run on TREE
+  PYTHONPATH=/tmp/site:$1 timeout 150 python3 -c "$2" 2>&1 | grep -E "^T=|Error|error" | sed 's/ rel err.*//'
+}
+for tree in ${TREES-src .v/nodecode/src .v/nosync/src .v/nox/src .v/nowgmma/src .v/bare/src src}; do
   echo "== $tree"
-  PYTHONPATH=/tmp/site:$tree timeout 150 python3 -c "$B" 2>&1 | grep -E "^T=|Error|error" | sed 's/ rel err.*//'
+  rows "$tree" "$B"
 done
 for a in ${AHEADS-0 2}; do
   echo "== src, L2_AHEAD $a"
-  PYTHONPATH=/tmp/site:src timeout 150 python3 -c "import hyserve.kernels.moe.mma_grouped as m; m.L2_AHEAD = $a; $B" 2>&1 \
-    | grep -E "^T=|Error|error" | sed 's/ rel err.*//'
+  rows src "import hyserve.kernels.moe.mma_grouped as m; m.L2_AHEAD = $a; $B"
 done
 rm -rf .v

@@ -28,8 +28,8 @@ if [ "$mem" -gt 100000 ]; then
     && SIDES="bf16:src:--no-mma-experts-only copies:src:" ROUNDS=1 REPS=5 TOP=6 KVGB=4 LENS=128,1024 \
       bash "$D/ab_prefill.sh" 2>&1 | tail -n 24
   left 150 "the grouped kernels' tests and each alone" && grouped 128,512,1024
-  left 120 "the grouped kernels' L2 lookahead, 1 against 0 and 2 chunks" \
-    && TREES=src AHEADS="0 2" bash "$D/grouped_anatomy.sh"
+  left 90 "the grouped kernels' L2 lookahead, 0 and 2 chunks (grouped's rows above: 1)" \
+    && TREES= AHEADS="0 2" bash "$D/grouped_anatomy.sh"
   exit 0
 fi
 grouped 512,1024,4096
