@@ -6,7 +6,8 @@
 #     tokens, bf16 experts against the copies (where does the default lose on this card?), and the grouped kernels'
 #     GPU tests, then each alone at 128 / 512 / 1024 tokens, bf16 against the copies; then their L2 lookahead
 #     (`mma_grouped.L2_AHEAD`) as committed against 0 and 2 chunks (grouped_anatomy.sh).
-#   H100: the grouped 12-bit kernels' GPU tests, then every grouped variant alone at 512 / 1024 / 4096 tokens.
+#     then the mma.sync grouped kernel's L2 lookahead (`L2_AHEAD_MMA`, BLOCK_M 16) at 0 / 1 / 2 chunks.
+#   H100: the grouped 12-bit kernels' GPU tests, then that lookahead.
 # Each later part runs only when the seconds it needs are left of BUDGET (560).
 set -u
 source "$(dirname "$0")/common.sh"
@@ -16,6 +17,9 @@ grouped() {  # grouped TOKENS: test_mma_grouped.py, then `bench --mma-grouped` (
   TAILN=2 run t_grouped 240 python3 -m pytest -q -p no:cacheprovider -rfE src/hyserve/kernels/moe/test_mma_grouped.py
   grep -E "^(FAILED|ERROR)" "$W/t_grouped.log" | head -n 8
   TAILN=100 run grouped 240 python3 -m hyserve.kernels.moe.bench --mma-grouped --tokens "$1"
+}
+mma_ahead() {  # the mma.sync kernel (BLOCK_M 16: 16 to 256 tokens) with 0 / 1 / 2 weight chunks asked of L2 ahead
+  TREES= AHEADS="0 1 2" TILES="(4, 1, 0)" TOKENS=32,128,256 bash "$D/grouped_anatomy.sh"
 }
 mem=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits | head -n 1)
 nvidia-smi --query-gpu=name --format=csv,noheader | head -n 1
@@ -30,6 +34,9 @@ if [ "$mem" -gt 100000 ]; then
   left 150 "the grouped kernels' tests and each alone" && grouped 128,512,1024
   left 90 "the grouped kernels' L2 lookahead, 0 and 2 chunks (grouped's rows above: 1)" \
     && TREES= AHEADS="0 2" bash "$D/grouped_anatomy.sh"
+  left 60 "the mma.sync grouped kernel's L2 lookahead, 0 / 1 / 2 chunks" && mma_ahead
   exit 0
 fi
-grouped 512,1024,4096
+TAILN=2 run t_grouped 240 python3 -m pytest -q -p no:cacheprovider -rfE src/hyserve/kernels/moe/test_mma_grouped.py
+grep -E "^(FAILED|ERROR)" "$W/t_grouped.log" | head -n 8
+mma_ahead

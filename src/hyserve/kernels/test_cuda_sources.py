@@ -1,8 +1,8 @@
 """The CUDA C++ kernels that ``kernels/nvrtc.py`` compiles at run time build for sm_90a with nvcc, every warning an
 error, on a machine without a GPU (skipped where nvcc is not installed): the instances the plans launch, each PDL
-on and off (the grouped wgmma kernel also without its L2 lookahead). The GPU tests run them against their references; this catches a source that no longer builds, or builds
-with a warning (a member template called without ``template`` on a dependent type built with "expression has no
-effect"), before a device session does."""
+on and off (the grouped kernels with their L2 lookahead off and on). The GPU tests run them against their
+references; this catches a source that no longer builds, or builds with a warning (a member template called
+without ``template`` on a dependent type built with "expression has no effect"), before a device session does."""
 
 from __future__ import annotations
 
@@ -34,7 +34,7 @@ def _sources() -> list[tuple[str, str, list[str]]]:
     """(label, source, template instances) of each NVRTC source."""
     from hyserve.kernels.mma_gemv.cuda_kernel import SOURCE as GEMV
     from hyserve.kernels.mma_gemv.cuda_kernel import SPLITS
-    from hyserve.kernels.moe.mma_grouped import L2_AHEAD, PLANS, UNPLANNED_TILES
+    from hyserve.kernels.moe.mma_grouped import L2_AHEAD, L2_AHEAD_MMA, PLANS, UNPLANNED_TILES
     from hyserve.kernels.moe.mma_pairs import GATE_UP_TILES, KSPLITS
     from hyserve.kernels.moe.mma_pairs import SOURCE as PAIRS
     from hyserve.kernels.routed_projection.mma_kernel import SOURCE as ROUTE
@@ -51,7 +51,10 @@ def _sources() -> list[tuple[str, str, list[str]]]:
                         for ahead in sorted({0, L2_AHEAD})
                     ]
                 else:
-                    grouped.append(f"grouped_mma<{bm // 8}, {warps}, {rt}, {_b(down)}, {_b(p)}>")
+                    grouped += [
+                        f"grouped_mma<{bm // 8}, {warps}, {rt}, {ahead}, {_b(down)}, {_b(p)}>"
+                        for ahead in sorted({0, 1, L2_AHEAD_MMA})
+                    ]
     pairs = [f"down_pairs_mma<9, {ks}, {4 // ks}, {_b(p)}>" for ks in KSPLITS for p in pdl]
     pairs += [f"gate_up_pairs_mma<{GATE_UP_TILES[0]}, {GATE_UP_TILES[1]}, {_b(p)}>" for p in pdl]
     route = [f"project_route_mma<{s}, {k}, {_b(p)}>" for s, k in ((4, 4), (8, 2)) for p in pdl]

@@ -261,8 +261,9 @@ __device__ __forceinline__ void ring_chunks(int nch, uint4 (&w0)[6], uint4 (&w1)
 
 // grid (R / 16 / (WARPS RT), MAXB), R the packed rows an expert has (2I for gate_up, H for down); NT = BLOCK_M / 8
 // column groups of 8 rows; block_rows' x and out. mma.sync: warp w streams RT consecutive 16-row tiles over all of
-// K (the next chunk's weights in registers while this one's run), the block's x rows in three padded chunk buffers
-template <int NT, int WARPS, int RT, bool DOWN, bool PDL>
+// K (the next chunk's weights in registers while this one's run; lane 0 asks L2 for the L2A chunks after it), the
+// block's x rows in three padded chunk buffers
+template <int NT, int WARPS, int RT, int L2A, bool DOWN, bool PDL>
 __global__ void __launch_bounds__(32 * WARPS) grouped_mma(
     bf16_t* __restrict__ out, const bf16_t* __restrict__ x, const bf16_t* __restrict__ sgate,
     const float* __restrict__ topk_w, const int* __restrict__ sorted, const int* __restrict__ meta,
@@ -282,8 +283,20 @@ __global__ void __launch_bounds__(32 * WARPS) grouped_mma(
   const int S = K >> 4, nch = K >> 7;
   const uint4* lp = low + (size_t)tile0 * (S >> 1) * 32 + lane;
   const uint4* cp = codes + (size_t)tile0 * (S >> 2) * 32 + lane;
+  // each tile's 2 KB of low bytes and 1 KB of codes of chunk ch, q chunks past lp's, into L2
+  auto ahead = [&](int q, int ch) {
+    if (L2A > 0 && lane == 0 && ch < nch) {
+#pragma unroll
+      for (int rt = 0; rt < RT; ++rt) {
+        l2_prefetch(lp + (size_t)rt * (S >> 1) * 32 + q * 128, 2048);
+        l2_prefetch(cp + (size_t)rt * (S >> 2) * 32 + q * 64, 1024);
+      }
+    }
+  };
   uint4 lo[RT][4], cd[RT][2];
   unsigned int base4[RT];
+#pragma unroll
+  for (int q = 1; q <= L2A; ++q) ahead(q, q);
 #pragma unroll
   for (int rt = 0; rt < RT; ++rt) {
 #pragma unroll
@@ -324,6 +337,7 @@ __global__ void __launch_bounds__(32 * WARPS) grouped_mma(
 #pragma unroll
         for (int i = 0; i < 2; ++i) cd_n[rt][i] = __ldg(cp + (size_t)rt * (S >> 2) * 32 + i * 32);
       }
+      ahead(L2A, ch + 1 + L2A);
     }
     cp_async_wait<1>();  // chunk ch has landed (only ch + 1 may still be in flight)
     __syncthreads();     // ... for every thread's copies; and every warp is done with chunk ch - 1's buffer
