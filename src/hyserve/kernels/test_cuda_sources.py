@@ -1,8 +1,9 @@
 """The CUDA C++ kernels that ``kernels/nvrtc.py`` compiles at run time build for sm_90a with nvcc, every warning an
 error, on a machine without a GPU (skipped where nvcc is not installed): the instances the plans launch, each PDL
-on and off (the grouped kernels with their L2 lookahead off and on). The GPU tests run them against their
-references; this catches a source that no longer builds, or builds with a warning (a member template called
-without ``template`` on a dependent type built with "expression has no effect"), before a device session does."""
+on and off (the grouped wgmma kernel also without its L2 lookahead and with its late wait). The GPU tests run them
+against their references; this catches a source that no longer builds, or builds with a warning (a member template
+called without ``template`` on a dependent type built with "expression has no effect"), before a device session
+does."""
 
 from __future__ import annotations
 
@@ -34,7 +35,7 @@ def _sources() -> list[tuple[str, str, list[str]]]:
     """(label, source, template instances) of each NVRTC source."""
     from hyserve.kernels.mma_gemv.cuda_kernel import SOURCE as GEMV
     from hyserve.kernels.mma_gemv.cuda_kernel import SPLITS
-    from hyserve.kernels.moe.mma_grouped import L2_AHEAD, L2_AHEAD_MMA, PLANS, UNPLANNED_TILES
+    from hyserve.kernels.moe.mma_grouped import L2_AHEAD, PLANS, UNPLANNED_TILES
     from hyserve.kernels.moe.mma_pairs import GATE_UP_TILES, KSPLITS
     from hyserve.kernels.moe.mma_pairs import SOURCE as PAIRS
     from hyserve.kernels.routed_projection.mma_kernel import SOURCE as ROUTE
@@ -47,14 +48,12 @@ def _sources() -> list[tuple[str, str, list[str]]]:
             for p in pdl:
                 if depth:
                     grouped += [
-                        f"grouped_wgmma<{bm // 8}, {warps}, {depth}, {ahead}, {_b(down)}, {_b(p)}>"
+                        f"grouped_wgmma<{bm // 8}, {warps}, {depth}, {ahead}, {_b(late)}, {_b(down)}, {_b(p)}>"
                         for ahead in sorted({0, L2_AHEAD})
+                        for late in (False, True)
                     ]
                 else:
-                    grouped += [
-                        f"grouped_mma<{bm // 8}, {warps}, {rt}, {ahead}, {_b(down)}, {_b(p)}>"
-                        for ahead in sorted({0, 1, L2_AHEAD_MMA})
-                    ]
+                    grouped.append(f"grouped_mma<{bm // 8}, {warps}, {rt}, {_b(down)}, {_b(p)}>")
     pairs = [f"down_pairs_mma<9, {ks}, {4 // ks}, {_b(p)}>" for ks in KSPLITS for p in pdl]
     pairs += [f"gate_up_pairs_mma<{GATE_UP_TILES[0]}, {GATE_UP_TILES[1]}, {_b(p)}>" for p in pdl]
     route = [f"project_route_mma<{s}, {k}, {_b(p)}>" for s, k in ((4, 4), (8, 2)) for p in pdl]

@@ -14,8 +14,7 @@ into ``mma.m16n8k16``'s A registers (as ``kernels/mma_gemv`` does) and using the
 group of the block: the tokens are the B operand (one ``ldmatrix`` of B feeds RT mma's). The block's gathered x rows pass through shared memory in
 chunks of 128 columns (``cp.async``, three buffers, one barrier a chunk), read by ``ldmatrix``. A thread's C
 registers hold gate row g and up row g of the same tokens, so the SwiGLU and the weight are applied in
-registers. Lane 0 of a warp asks L2 for the ``L2_AHEAD_MMA`` weight chunks after the one in registers. Escapes
-(values outside a row's 12-bit window) add ``delta * x[t, col]`` before the SwiGLU.
+registers. Escapes (values outside a row's 12-bit window) add ``delta * x[t, col]`` before the SwiGLU.
 
 ``down_grouped_mma`` is the same kernel over the down weights' copy (each expert's [H, I] rows in order, the shared
 expert last: 16 output columns a tile), with h's rows of the block as the B operand (contiguous, no gather) and
@@ -64,8 +63,9 @@ UNPLANNED_TILES = (8, 1, 0)  # a direct call at another BLOCK_M (tests, bench)
 # us at 512 / 1024 tokens with the plans' tiles, 0 / 1 / 2 / 4 ahead: gate_up 302.4 / 300.4 / 303.2 / 346.6 and
 # 327.7 / 323.0 / 335.6 / 398.9, down+sum 190.7 / 186.2 / 194.7 / 200.5 and 221.9 / 216.1 / 222.8 / 235.5
 L2_AHEAD = 1
-# the same for grouped_mma (the chunks past its one chunk in registers); off until it is timed (grouped_anatomy.sh)
-L2_AHEAD_MMA = 0
+# wait for a warpgroup's wgmma of a chunk in the next chunk's step, after its barrier (four x buffers), not at once:
+# off until timed (nowgmma, the wgmma taken out, saved 8-12% on the H200: docs/performance.md, 2026-12-07)
+LATE_WAIT = False
 Tiles = tuple[int, int, int]
 
 
@@ -171,12 +171,12 @@ def _launch(
         f"depth {depth})",
     )
     pdl = pdl_enabled(x)
-    if depth:  # three x chunk buffers in the swizzle, from a 1024-byte boundary
-        smem = 3 * block_m * CHUNK_K * 2 + 1024
-        name, targs = "grouped_wgmma", (block_m // 8, warps, depth, L2_AHEAD, down, pdl)
+    if depth:  # three x chunk buffers (four with LATE_WAIT) in the swizzle, from a 1024-byte boundary
+        smem = (4 if LATE_WAIT else 3) * block_m * CHUNK_K * 2 + 1024
+        name, targs = "grouped_wgmma", (block_m // 8, warps, depth, L2_AHEAD, LATE_WAIT, down, pdl)
     else:
         smem = 3 * block_m * (CHUNK_K + 8) * 2
-        name, targs = "grouped_mma", (block_m // 8, warps, rt, L2_AHEAD_MMA, down, pdl)
+        name, targs = "grouped_mma", (block_m // 8, warps, rt, down, pdl)
     template_kernel(SOURCE, name, targs, _PARAMS, x.device).launch(
         (rows // 16 // (warps * rt), max_blocks),
         32 * warps,
