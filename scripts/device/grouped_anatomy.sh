@@ -9,8 +9,7 @@
 #   nowgmma   the decoded words XORed into one accumulator instead of the wgmma
 #   bare      all four: the weight stream alone, in the same grid
 # then, for each N in AHEADS (default "0 2"), src with `mma_grouped.L2_AHEAD = N` (the weight chunks a warp asks L2
-# for past its register ring; the same bits); with LATE=1 last src with `mma_grouped.LATE_WAIT = True` (a chunk's
-# wgmma waited for in the next chunk's step; the same bits).
+# for past its register ring; the same bits).
 # ~2-3 min. Carry .whl. TOKENS (default 512,1024), TILES (default the plans' (4,1,1) and (8,1,1)); TREES="" times
 # no tree, AHEADS="" no lookahead.
 set -u
@@ -40,8 +39,4 @@ for a in ${AHEADS-0 2}; do
   echo "== src, L2_AHEAD $a"
   rows src "import hyserve.kernels.moe.mma_grouped as m; m.L2_AHEAD = $a; $B"
 done
-if [ -n "${LATE:-}" ]; then
-  echo "== src, LATE_WAIT"
-  rows src "import hyserve.kernels.moe.mma_grouped as m; m.LATE_WAIT = True; $B"
-fi
 rm -rf .v

@@ -1,27 +1,36 @@
 #!/usr/bin/env bash
-# The measurements still owed, in one call of at most ~9.5 min, on whichever card comes (carry .whl): the grouped
-# wgmma kernels' late wait (`mma_grouped.LATE_WAIT`: a chunk's wgmma waited for in the next chunk's step, after its
-# barrier; four x buffers; ptxas gives it ~190 registers against 128, so one 8-warp CTA an SM instead of two).
-#   1. test_mma_grouped.py (the late wait against the reference's bits: test_l2_lookahead_and_late_wait_move_no_bits);
-#   2. each kernel alone at 512 / 1024 tokens, as committed and with the late wait (grouped_anatomy.sh, LATE=1);
-#   3. on an H200 while time is left: the first token without HTTP at 1024 tokens, the late wait against without
-#      (ab_prefill.sh; the whole model under the default, the experts' 12-bit copies alone).
+# The H200 record under the default and what goes with it (all ran on 2026-12-07, 31e7320: docs/performance.md),
+# in one call of at most ~9.5 min, on whichever card comes (carry .whl):
+#   H200 (>= 100 GB): the default's (the experts' 12-bit copies alone) HTTP table and full-size verify
+#     (verify_serve.sh, ~6-7 min cold); then, while time is left, the batch-1 step by op under the default
+#     (ab_decode.sh's profile, for "One decode step at batch 1, by op"), the first token without HTTP at 128 / 1024
+#     tokens, bf16 experts against the copies (where does the default lose on this card?), and the grouped kernels'
+#     GPU tests, then each alone at 128 / 512 / 1024 tokens, bf16 against the copies; then their L2 lookahead
+#     (`mma_grouped.L2_AHEAD`) as committed against 0 and 2 chunks (grouped_anatomy.sh).
+#   H100: the grouped 12-bit kernels' GPU tests, then every grouped variant alone at 512 / 1024 / 4096 tokens.
 # Each later part runs only when the seconds it needs are left of BUDGET (560).
 set -u
 source "$(dirname "$0")/common.sh"
 D=$(dirname "$0")
 W=$OUT
-left() { [ $((${BUDGET:-560} - SECONDS)) -ge "$1" ] || { echo "== skipped (needs $1 s, $((${BUDGET:-560} - SECONDS)) left): $2"; false; }; }
+grouped() {  # grouped TOKENS: test_mma_grouped.py, then `bench --mma-grouped` (bf16 Triton against each 12-bit variant)
+  TAILN=2 run t_grouped 240 python3 -m pytest -q -p no:cacheprovider -rfE src/hyserve/kernels/moe/test_mma_grouped.py
+  grep -E "^(FAILED|ERROR)" "$W/t_grouped.log" | head -n 8
+  TAILN=100 run grouped 240 python3 -m hyserve.kernels.moe.bench --mma-grouped --tokens "$1"
+}
 mem=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits | head -n 1)
 nvidia-smi --query-gpu=name --format=csv,noheader | head -n 1
-TAILN=2 run t_grouped 240 python3 -m pytest -q -p no:cacheprovider -rfE src/hyserve/kernels/moe/test_mma_grouped.py
-grep -E "^(FAILED|ERROR)" "$W/t_grouped.log" | head -n 8
-left 90 "each kernel alone, with and without the late wait" \
-  && TREES=src AHEADS= LATE=1 TOKENS=512,1024 bash "$D/grouped_anatomy.sh"
-if [ "$mem" -gt 100000 ] && left 150 "the first token at 1024 tokens, the late wait against without"; then
-  rm -rf .late && mkdir .late && cp -r src .late/src
-  sed -i 's/^LATE_WAIT = False$/LATE_WAIT = True/' .late/src/hyserve/kernels/moe/mma_grouped.py
-  grep -q "^LATE_WAIT = True$" .late/src/hyserve/kernels/moe/mma_grouped.py || echo "== the .late tree's edit failed"
-  SIDES="late:.late/src: now:src:" ROUNDS=2 REPS=5 TOP=4 KVGB=4 LENS=1024 bash "$D/ab_prefill.sh" 2>&1 | tail -n 16
-  rm -rf .late
+left() { [ $((${BUDGET:-560} - SECONDS)) -ge "$1" ] || { echo "== skipped (needs $1 s, $((${BUDGET:-560} - SECONDS)) left): $2"; false; }; }
+if [ "$mem" -gt 100000 ]; then
+  bash "$D/verify_serve.sh"
+  left 100 "the batch-1 step by op" \
+    && TESTS=none KVGB=4 SEQS=8 SIDES="copies:src:" TOP=16 bash "$D/ab_decode.sh" 2>&1 | tail -n 22
+  left 150 "first token, bf16 against the copies" \
+    && SIDES="bf16:src:--no-mma-experts-only copies:src:" ROUNDS=1 REPS=5 TOP=6 KVGB=4 LENS=128,1024 \
+      bash "$D/ab_prefill.sh" 2>&1 | tail -n 24
+  left 150 "the grouped kernels' tests and each alone" && grouped 128,512,1024
+  left 90 "the grouped kernels' L2 lookahead, 0 and 2 chunks (grouped's rows above: 1)" \
+    && TREES= AHEADS="0 2" bash "$D/grouped_anatomy.sh"
+  exit 0
 fi
+grouped 512,1024,4096

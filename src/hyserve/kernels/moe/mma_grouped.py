@@ -63,9 +63,6 @@ UNPLANNED_TILES = (8, 1, 0)  # a direct call at another BLOCK_M (tests, bench)
 # us at 512 / 1024 tokens with the plans' tiles, 0 / 1 / 2 / 4 ahead: gate_up 302.4 / 300.4 / 303.2 / 346.6 and
 # 327.7 / 323.0 / 335.6 / 398.9, down+sum 190.7 / 186.2 / 194.7 / 200.5 and 221.9 / 216.1 / 222.8 / 235.5
 L2_AHEAD = 1
-# wait for a warpgroup's wgmma of a chunk in the next chunk's step, after its barrier (four x buffers), not at once:
-# off until timed (nowgmma, the wgmma taken out, saved 8-12% on the H200: docs/performance.md, 2026-12-07)
-LATE_WAIT = False
 Tiles = tuple[int, int, int]
 
 
@@ -171,9 +168,9 @@ def _launch(
         f"depth {depth})",
     )
     pdl = pdl_enabled(x)
-    if depth:  # three x chunk buffers (four with LATE_WAIT) in the swizzle, from a 1024-byte boundary
-        smem = (4 if LATE_WAIT else 3) * block_m * CHUNK_K * 2 + 1024
-        name, targs = "grouped_wgmma", (block_m // 8, warps, depth, L2_AHEAD, LATE_WAIT, down, pdl)
+    if depth:  # three x chunk buffers in the swizzle, from a 1024-byte boundary
+        smem = 3 * block_m * CHUNK_K * 2 + 1024
+        name, targs = "grouped_wgmma", (block_m // 8, warps, depth, L2_AHEAD, down, pdl)
     else:
         smem = 3 * block_m * (CHUNK_K + 8) * 2
         name, targs = "grouped_mma", (block_m // 8, warps, rt, down, pdl)

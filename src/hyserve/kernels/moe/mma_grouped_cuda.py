@@ -20,17 +20,16 @@ def _wgmma_source(max_n: int = 128) -> str:
         outs = ", ".join(f'"+f"(d[{i // 4}][{i % 4}])' for i in range(nd))
         fns.append(
             f"template <int NT>\n__device__ __forceinline__ void wgmma_n{n}(float (&d)[NT][4], const unsigned int (&a)[4], "
-            f"unsigned long long desc, int acc) {{\n"
+            f"unsigned long long desc) {{\n"
             f'  asm volatile("{{\\n.reg .pred p;\\nsetp.ne.b32 p, %{nd + 5}, 0;\\n"\n'
             f'               "wgmma.mma_async.sync.aligned.m64n{n}k16.f32.bf16.bf16 {{{regs}}}, '
             f'{{%{nd}, %{nd + 1}, %{nd + 2}, %{nd + 3}}}, %{nd + 4}, p, 1, 1, 0;\\n}}\\n"\n'
             f"               : {outs}\n"
-            f'               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(acc));\n}}\n'
+            f'               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(1));\n}}\n'
         )
         cases.append(
             f"    case {n // 16}:\n      if constexpr (NT * 8 >= {n}) {{\n#pragma unroll\n"
-            f"        for (int i = 0; i < 8; ++i) wgmma_n{n}<NT>(d, a[i], sw128_desc(sb + (i >> 2) * BM * 128 + (i & 3) * 32), "
-            f"i | acc);\n"
+            f"        for (int i = 0; i < 8; ++i) wgmma_n{n}<NT>(d, a[i], sw128_desc(sb + (i >> 2) * BM * 128 + (i & 3) * 32));\n"
             f"      }}\n      break;\n"
         )
     return (
@@ -49,9 +48,8 @@ __device__ __forceinline__ void fence_acc(float (&d)[NT][4]) {  // the accumulat
     for (int q = 0; q < 4; ++q) asm volatile("" : "+f"(d[j][q])::"memory");
 }
 
-template <int NT, int BM, bool WAIT>
-__device__ __forceinline__ void wgmma_chunk(float (&d)[NT][4], unsigned int (&a)[8][4], unsigned int sb, int n16,
-                                            int acc) {
+template <int NT, int BM>
+__device__ __forceinline__ void wgmma_chunk(float (&d)[NT][4], unsigned int (&a)[8][4], unsigned int sb, int n16) {
 #pragma unroll
   for (int i = 0; i < 8; ++i)
 #pragma unroll
@@ -63,21 +61,8 @@ __device__ __forceinline__ void wgmma_chunk(float (&d)[NT][4], unsigned int (&a)
         + "".join(cases)
         + r"""  }
   asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
-  if constexpr (WAIT) {
-    asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
-    fence_acc<NT>(d);
-  }
-}
-
-// wait for the warpgroup's wgmma_chunk<.., false>: its accumulators and its A registers are the thread's again
-template <int NT>
-__device__ __forceinline__ void wgmma_drain(float (&d)[NT][4], unsigned int (&a)[8][4]) {
   asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
   fence_acc<NT>(d);
-#pragma unroll
-  for (int i = 0; i < 8; ++i)
-#pragma unroll
-    for (int q = 0; q < 4; ++q) asm volatile("" : "+r"(a[i][q])::"memory");
 }
 """
     )
@@ -384,20 +369,18 @@ __global__ void __launch_bounds__(32 * WARPS) grouped_mma(
 // m64nNk16 a k16 step (wgmma_chunk). A warp's weights stream from global memory into DEPTH + 1 register buffers,
 // DEPTH chunks ahead of the one it decodes (no register moves: the loop is unrolled over the buffers), and its lane 0
 // asks L2 for the L2A chunks after those (more of the stream in flight than the registers hold); the block's x rows
-// pass through three chunk buffers in the swizzle the tensor cores read. LATE: a chunk's wgmma is waited for in the
-// next chunk's step, after its barrier (the tensor cores work while the warp fetches and syncs), so chunk ch + 2's x
-// copies may not reuse chunk ch - 1's buffer, whose wgmma may still read it: four buffers
-template <int NT, int WARPS, int DEPTH, int L2A, bool LATE, bool DOWN, bool PDL>
+// pass through three chunk buffers in the swizzle the tensor cores read
+template <int NT, int WARPS, int DEPTH, int L2A, bool DOWN, bool PDL>
 __global__ void __launch_bounds__(32 * WARPS) grouped_wgmma(
     bf16_t* __restrict__ out, const bf16_t* __restrict__ x, const bf16_t* __restrict__ sgate,
     const float* __restrict__ topk_w, const int* __restrict__ sorted, const int* __restrict__ meta,
     const uint4* __restrict__ low, const uint4* __restrict__ codes, const int* __restrict__ base,
     const int* __restrict__ eptr, const int* __restrict__ ecol, const float* __restrict__ edelta,
     int N, int K, int R, int out_ld, int E, int maxb, int k_top) {
-  constexpr int BM = NT * 8, THREADS = 32 * WARPS, BUF = BM * 128, NBUF = LATE ? 4 : 3;
+  constexpr int BM = NT * 8, THREADS = 32 * WARPS, BUF = BM * 128;
   constexpr int GROWS = (BM * 4 + THREADS - 1) / THREADS;
   static_assert(WARPS % 4 == 0 && (DEPTH == 1 || DEPTH == 2), "whole warpgroups; one or two chunks ahead");
-  // [NBUF][BUF] x chunks from a 1024-byte boundary (the swizzle's period)
+  // [3][BUF] x chunks from a 1024-byte boundary (the swizzle's period)
   extern __shared__ __align__(16) unsigned char smem[];
   const unsigned int s0 = (unsigned int)__cvta_generic_to_shared(smem);
   bf16_t* xs = reinterpret_cast<bf16_t*>(smem + ((1024u - (s0 & 1023u)) & 1023u));
@@ -436,38 +419,32 @@ __global__ void __launch_bounds__(32 * WARPS) grouped_wgmma(
   cp_async_commit();
   if (nch > 1) load_x_swizzled<BM, THREADS>(xs + BUF, x, src, cnt, K, 1, tid);
   cp_async_commit();
-  // LATE: chunk 0's first wgmma zeroes them (scale-d 0): a zeroing instruction would be a non-wgmma definition
-  // inside the pipeline stage the loop's back edge closes, and ptxas would serialize the wgmma's
   float c[NT][4];
-  if (!LATE) {
 #pragma unroll
-    for (int j = 0; j < NT; ++j) c[j][0] = c[j][1] = c[j][2] = c[j][3] = 0.f;
-  }
+  for (int j = 0; j < NT; ++j) c[j][0] = c[j][1] = c[j][2] = c[j][3] = 0.f;
   float gs[GROWS];
 #pragma unroll
   for (int q = 0; q < GROWS; ++q) gs[q] = 0.f;
   const bool gate = !DOWN && e == E && sgate;
   const int n16 = (cnt + 15) >> 4;
-  unsigned int a[8][4];  // chunk ch's decoded weights: the A operand
   // chunk ch from buffer cur, while chunk ch + DEPTH loads into nxt (chunk ch - 1's)
   auto step = [&](int ch, const uint4 (&cur)[6], uint4 (&nxt)[6]) {
     fetch(nxt, ch + DEPTH);
     ahead(ch + DEPTH + L2A);
     cp_async_wait<1>();  // chunk ch of x has landed (only ch + 1 may still be in flight)
     asm volatile("fence.proxy.async.shared::cta;" ::: "memory");  // ... for the tensor cores' reads too
-    __syncthreads();  // ... for every thread's copies; and every warp is done with chunk ch + 2 - NBUF's buffer
-    if (ch + 2 < nch) load_x_swizzled<BM, THREADS>(xs + (ch + 2) % NBUF * BUF, x, src, cnt, K, ch + 2, tid);
+    __syncthreads();  // ... for every thread's copies; and every warp is done with chunk ch - 1's buffer
+    if (ch + 2 < nch) load_x_swizzled<BM, THREADS>(xs + (ch + 2) % 3 * BUF, x, src, cnt, K, ch + 2, tid);
     cp_async_commit();
-    const bf16_t* xb = xs + (ch % NBUF) * BUF;
+    const bf16_t* xb = xs + (ch % 3) * BUF;
     const uint4 lo[4] = {cur[0], cur[1], cur[2], cur[3]}, cd[2] = {cur[4], cur[5]};
-    if (LATE) wgmma_drain<NT>(c, a);  // chunk ch - 1's
+    unsigned int a[8][4];
 #pragma unroll
     for (int i = 0; i < 8; ++i) decode_step(lo, cd, base4, i, a[i]);
-    wgmma_chunk<NT, BM, !LATE>(c, a, (unsigned int)__cvta_generic_to_shared(xb), n16, !LATE || ch > 0);
+    wgmma_chunk<NT, BM>(c, a, (unsigned int)__cvta_generic_to_shared(xb), n16);
     if (gate) gate_chunk<BM, 0, true, GROWS, THREADS>(gs, xb, sgate, ch, cnt, tid);
   };
   ring_chunks<DEPTH>(nch, w0, w1, w2, step);
-  if (LATE) wgmma_drain<NT>(c, a);
   if (gate) gate_finish<GROWS, THREADS>(wrow, gs, cnt, tid);
   tile_escapes<NT>(c, tile, x, K, src, eptr, ecol, edelta, cnt, g, t);
   __syncthreads();  // wrow
