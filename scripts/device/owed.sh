@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The H200 record under the default and what goes with it (all ran on 2026-12-07, 31e7320: docs/performance.md),
+# The H200 record under the default and what goes with it (its H200 part ran on 2026-12-07, 31e7320: performance.md),
 # in one call of at most ~9.5 min, on whichever card comes (carry .whl):
 #   H200 (>= 100 GB): the default's (the experts' 12-bit copies alone) HTTP table and full-size verify
 #     (verify_serve.sh, ~6-7 min cold); then, while time is left, the batch-1 step by op under the default

@@ -1,8 +1,8 @@
 """The CUDA C++ kernels that ``kernels/nvrtc.py`` compiles at run time build for sm_90a with nvcc, every warning an
 error, on a machine without a GPU (skipped where nvcc is not installed): the instances the plans launch, each PDL
-on and off (the grouped wgmma kernel also without its L2 lookahead). The GPU tests run them against their references; this catches a source that no longer builds, or builds
-with a warning (a member template called without ``template`` on a dependent type built with "expression has no
-effect"), before a device session does."""
+on and off (the grouped wgmma kernel also without its L2 lookahead). The GPU tests run them against their
+references; this catches a source that no longer builds, or builds with a warning (a member template called
+without ``template`` on a dependent type built with "expression has no effect"), before a device session does."""
 
 from __future__ import annotations
 
