@@ -13,7 +13,7 @@ W=$OUT
 nvidia-smi --query-gpu=name --format=csv,noheader | head -n 1
 bench() {  # bench TREE TILES: the bench's timing lines on TREE
   local b="import hyserve.kernels.moe.bench as b; b.MMA_GROUPED_TILES = ($2,); b.grouped_mma_times((${TOKENS:-128,512,1024},))"
-  PYTHONPATH=/tmp/site:$1 timeout 150 python3 -c "$b" 2>&1 | grep -E "^T=|Error|error" | sed 's/ rel err.*//'
+  PYTHONPATH=/tmp/site:$1 timeout 150 python3 -c "$b" 2>&1 | grep -E "^T=|Error|error"
 }
 for i in $(seq 1 "${ROUNDS:-2}"); do
   for side in ${SIDES:-before:.base/src after:src}; do
