@@ -5,7 +5,8 @@
 # it), the first token without HTTP on each side (`ab_prefill.sh`: LENS, REPS, one round).
 # Env: TOKENS (128,512,1024), TILES (the plans' tiles: "(4, 1, 0), (4, 1, 1), (8, 1, 1)"), ROUNDS (2), SIDES
 # ("before:.base/src after:src"; a third field, tiles, times those instead, e.g. "w16:src:(16, 1, 1)"),
-# PREFILL_BY (300; 0 skips it), LENS (128,1024), REPS (5). Carry .whl and .base
+# PREFILL_BY (300; 0 skips it), PREFILL_SIDES (ab_prefill.sh's SIDES: "before:.base/src after:src"), LENS
+# (128,1024), REPS (5). Carry .whl and .base
 # (`git archive <commit> src | tar -x -C .base`). Long output under $OUT; the summary last.
 set -u
 source "$(dirname "$0")/common.sh"
@@ -24,7 +25,8 @@ for i in $(seq 1 "${ROUNDS:-2}"); do
 done
 TAILN=4 run tests 200 python3 -m pytest -q -x src/hyserve/kernels/moe/test_mma_grouped.py
 if [ "${PREFILL_BY:-300}" -gt 0 ] && [ $SECONDS -lt "${PREFILL_BY:-300}" ]; then
-  ROUNDS=1 LENS=${LENS:-128,1024} REPS=${REPS:-5} TOP=6 bash "$(dirname "$0")/ab_prefill.sh"
+  SIDES="${PREFILL_SIDES:-before:.base/src after:src}" ROUNDS=1 LENS=${LENS:-128,1024} REPS=${REPS:-5} TOP=6 \
+    bash "$(dirname "$0")/ab_prefill.sh"
 else
   echo "first token: skipped at ${SECONDS} s"
 fi
