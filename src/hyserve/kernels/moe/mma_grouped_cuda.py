@@ -120,51 +120,41 @@ __device__ __forceinline__ void load_x_swizzled(bf16_t* dst, const bf16_t* x, co
 }
 
 // the block's rows r < BM: src[r] the row of x it reads, dst[r] the row it writes, wrow[r] its routing weight (1 for
-// the shared expert and past cnt). gate_up: x by token, out by routing row; DOWN: x = h by routing row, so src needs
-// no load and dst (y by pair: row t k + j is token t's slot j, row N + t its shared expert's) is block_dst's, after
-// the first x copies are on their way; the down reads no wrow
+// the shared expert and past cnt). gate_up: x by token, out by routing row; DOWN: x = h by routing row, out = y by
+// pair (row t k + j: token t's slot j; row N + t its shared expert's)
 template <int BM, bool DOWN, int THREADS>
 __device__ __forceinline__ void block_rows(int* src, int* dst, float* wrow, const int* sorted, const float* topk_w,
                                            int row0, int cnt, int N, int k_top, int tid) {
   for (int r = tid; r < BM; r += THREADS) {
     const int pos = row0 + r;
-    if (DOWN) {
-      src[r] = r < cnt ? pos : 0;
-      continue;
-    }
-    int tk = 0;
+    int tk = 0, pair = pos;
     float w = 1.f;
-    if (r < cnt && pos < N) {
-      const int pair = __ldcg(sorted + pos);
-      tk = pair / k_top;
-      w = __ldcg(topk_w + pair);
-    } else if (r < cnt) {
-      tk = pos - N;
+    if (r < cnt) {
+      if (pos >= N) {
+        tk = pos - N;
+      } else {
+        pair = __ldcg(sorted + pos);
+        tk = pair / k_top;
+        w = __ldcg(topk_w + pair);
+      }
     }
-    src[r] = tk;
-    dst[r] = pos;
+    src[r] = DOWN ? (r < cnt ? pos : 0) : tk;
+    dst[r] = DOWN ? pair : pos;
     wrow[r] = w;
   }
 }
 
-// the down's dst (block_rows); read after the K loop's barriers
-template <int BM, int THREADS>
-__device__ __forceinline__ void block_dst(int* dst, const int* sorted, int row0, int cnt, int N, int tid) {
-  for (int r = tid; r < BM; r += THREADS) {
-    const int pos = row0 + r;
-    dst[r] = r < cnt && pos < N ? __ldcg(sorted + pos) : pos;
-  }
-}
-
-// PDL's wait, then block blockIdx.y's expert e, first routing row row0 and row count cnt; false past the routing's
-// block count (the CTA exits: CUDA-graph safe). The caller asks for its first weights before block_rows: their
-// stream then starts two dependent loads into the CTA's life instead of four
-template <bool PDL>
-__device__ __forceinline__ bool block_meta(int& e, int& row0, int& cnt, const int* meta, int maxb) {
+// PDL's wait, then block blockIdx.y's expert e, first routing row row0, row count cnt and its rows (block_rows);
+// false past the routing's block count (the CTA exits: CUDA-graph safe)
+template <int BM, bool DOWN, bool PDL, int THREADS>
+__device__ __forceinline__ bool block_begin(int& e, int& row0, int& cnt, int* src, int* dst, float* wrow,
+                                            const int* meta, int maxb, const int* sorted, const float* topk_w, int N,
+                                            int k_top, int tid) {
   const int b = blockIdx.y;
   if (PDL) pdl_wait();
   if (b >= __ldcg(meta + 3 * maxb)) return false;
   e = __ldcg(meta + b), row0 = __ldcg(meta + maxb + b), cnt = __ldcg(meta + 2 * maxb + b);
+  block_rows<BM, DOWN, THREADS>(src, dst, wrow, sorted, topk_w, row0, cnt, N, k_top, tid);
   return true;
 }
 
@@ -286,7 +276,8 @@ __global__ void __launch_bounds__(32 * WARPS) grouped_mma(
   __shared__ float wrow[BM];
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
   int e, row0, cnt;
-  if (!block_meta<PDL>(e, row0, cnt, meta, maxb)) return;
+  if (!block_begin<BM, DOWN, PDL, THREADS>(e, row0, cnt, src, dst, wrow, meta, maxb, sorted, topk_w, N, k_top, tid))
+    return;
   const int tin0 = (blockIdx.x * WARPS + warp) * RT, tile0 = e * (R >> 4) + tin0;
   const int S = K >> 4, nch = K >> 7;
   const uint4* lp = low + (size_t)tile0 * (S >> 1) * 32 + lane;
@@ -301,13 +292,11 @@ __global__ void __launch_bounds__(32 * WARPS) grouped_mma(
     for (int i = 0; i < 2; ++i) cd[rt][i] = __ldg(cp + (size_t)rt * (S >> 2) * 32 + i * 32);
     base4[rt] = tile_base4(base, tile0 + rt, g);
   }
-  block_rows<BM, DOWN, THREADS>(src, dst, wrow, sorted, topk_w, row0, cnt, N, k_top, tid);
   __syncthreads();  // src
   load_x<LD, THREADS>(xs, x, src, cnt, K, 0, tid);
   cp_async_commit();
   if (nch > 1) load_x<LD, THREADS>(xs + BUF, x, src, cnt, K, 1, tid);
   cp_async_commit();
-  if (DOWN) block_dst<BM, THREADS>(dst, sorted, row0, cnt, N, tid);
 
   const int nt = (cnt + 7) >> 3;
   float c[RT][NT][4];
@@ -399,7 +388,8 @@ __global__ void __launch_bounds__(32 * WARPS) grouped_wgmma(
   __shared__ float wrow[BM];
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
   int e, row0, cnt;
-  if (!block_meta<PDL>(e, row0, cnt, meta, maxb)) return;
+  if (!block_begin<BM, DOWN, PDL, THREADS>(e, row0, cnt, src, dst, wrow, meta, maxb, sorted, topk_w, N, k_top, tid))
+    return;
   const int tin = blockIdx.x * WARPS + warp, tile = e * (R >> 4) + tin;
   const int nch = K >> 7;
   const uint4* lp = low + (size_t)tile * (K >> 5) * 32 + lane;  // chunk ch: + 128 ch
@@ -424,13 +414,11 @@ __global__ void __launch_bounds__(32 * WARPS) grouped_wgmma(
 #pragma unroll
   for (int q = DEPTH; q < DEPTH + L2A; ++q) ahead(q);
   const unsigned int base4 = tile_base4(base, tile, g);
-  block_rows<BM, DOWN, THREADS>(src, dst, wrow, sorted, topk_w, row0, cnt, N, k_top, tid);
   __syncthreads();  // src
   load_x_swizzled<BM, THREADS>(xs, x, src, cnt, K, 0, tid);
   cp_async_commit();
   if (nch > 1) load_x_swizzled<BM, THREADS>(xs + BUF, x, src, cnt, K, 1, tid);
   cp_async_commit();
-  if (DOWN) block_dst<BM, THREADS>(dst, sorted, row0, cnt, N, tid);
   float c[NT][4];
 #pragma unroll
   for (int j = 0; j < NT; ++j) c[j][0] = c[j][1] = c[j][2] = c[j][3] = 0.f;
