@@ -17,6 +17,7 @@ from hyserve.server.async_engine import AsyncEngine
 from hyserve.server.chat import create_chat_completion
 from hyserve.server.completions import create_completion
 from hyserve.server.config import ServerConfig
+from hyserve.server.direct_routes import DirectRoutes
 from hyserve.server.errors import APIError, error_response, install_error_handlers
 from hyserve.server.metrics import ServerMetrics
 from hyserve.server.middleware import APIKeyMiddleware, BodyLimitMiddleware
@@ -88,6 +89,12 @@ def build_app(engine: LLMEngine, config: ServerConfig) -> FastAPI:
     async def chat_completions(body: ChatCompletionRequest, request: Request) -> Response:
         return await create_chat_completion(ctx, body, request)
 
+    # innermost of the middleware (added first): the body limit and the API key still apply to the direct routes
+    direct = {
+        "/v1/completions": (CompletionRequest, create_completion),
+        "/v1/chat/completions": (ChatCompletionRequest, create_chat_completion),
+    }
+    app.add_middleware(DirectRoutes, api=app, context=ctx, routes=direct)
     app.add_middleware(BodyLimitMiddleware, max_bytes=config.max_body_bytes)
     if config.api_key is not None:
         app.add_middleware(APIKeyMiddleware, api_key=config.api_key)
