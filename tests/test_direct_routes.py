@@ -5,6 +5,7 @@ error tests run the real one, which has it)."""
 from __future__ import annotations
 
 import asyncio
+import json
 
 import httpx
 import pytest
@@ -15,6 +16,7 @@ from starlette.responses import JSONResponse, Response
 from hyserve.server.direct_routes import DirectRoutes
 from hyserve.server.errors import APIError, install_error_handlers
 from hyserve.server.middleware import BodyLimitMiddleware
+from hyserve.server.protocol import ChatCompletionRequest, CompletionRequest
 
 
 class Echo(BaseModel):
@@ -92,3 +94,46 @@ def test_everything_else_gets_the_apps_own_answer(content, headers, method):
     direct, plain = _post(_app(True), content, headers, method), _post(_app(False), content, headers, method)
     assert direct.status_code == plain.status_code != 200
     assert direct.content == plain.content
+
+
+REAL_BODIES = [
+    (
+        CompletionRequest,
+        {"prompt": "hi", "max_tokens": 16.0, "temperature": 1, "other": {"a": [1, 2.5, None]}},
+    ),
+    (CompletionRequest, {"prompt": ["a", "b"], "n": 2, "stop": "x", "logit_bias": {"5": 1}, "echo": True}),
+    (
+        CompletionRequest,
+        {"prompt": list(range(4096)), "stream": True, "stream_options": {"include_usage": True}},
+    ),
+    (CompletionRequest, {"prompt": [[1, 2], [3]], "seed": 7, "stop_token_ids": [1, 2], "logprobs": 2}),
+    (CompletionRequest, {"prompt": [1, 2], "temperature": 1e308, "top_p": 0.5, "big": 2**100, "top_k": -1}),
+    (
+        CompletionRequest,
+        {"prompt": [1], "prompt_logprobs": None, "min_p": 0, "ignore_eos": True, "user": "é"},
+    ),
+    (
+        ChatCompletionRequest,
+        {
+            "messages": [
+                {"role": "system", "content": "be brief"},
+                {"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]},
+                {"role": "assistant", "content": None, "tool_calls": [{"id": "x", "type": "function"}]},
+                {"role": "tool", "content": "42", "tool_call_id": "x"},
+            ],
+            "max_tokens": 3,
+            "logprobs": True,
+            "top_logprobs": 2,
+        },
+    ),
+]
+
+
+@pytest.mark.parametrize("model, body", REAL_BODIES)
+def test_the_direct_parse_builds_the_request_fastapi_builds(model, body):
+    """The direct route validates straight from the JSON; FastAPI validates ``json.loads``' objects in Python mode.
+    Where both accept a body, they must build the same request."""
+    raw = json.dumps(body).encode()
+    direct = model.model_validate_json(raw)
+    plain = model.model_validate(json.loads(raw), from_attributes=True)
+    assert direct.model_dump() == plain.model_dump() and direct.model_extra == plain.model_extra
