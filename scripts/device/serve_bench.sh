@@ -20,6 +20,8 @@ bench() {
 bench decode --scenario decode
 [ -n "${DECODE_ONLY:-}" ] && { kill -TERM $pid; wait $pid; exit 0; }
 bench ttft --scenario ttft --ttft-reps 5
+echo "== ttft split (means, ms: the client, the server's arrival -> token, its prefill step)"
+timeout 120 python3 scripts/ttft_split.py --url "http://127.0.0.1:$PORT" --reps 10 2>&1 | tail -n 4
 steps() {  # the engine-step histograms of /metrics (cumulative): where the time of a run went
   python3 -c "import urllib.request as u; print(u.urlopen('http://127.0.0.1:$PORT/metrics').read().decode())" \
     | grep -E "^hyserve:iteration_(seconds|tokens)_(sum|count)" | sed 's/{model_name="[^"]*",/{/; s/^hyserve://'
