@@ -6,8 +6,8 @@ ones. From the deltas of the server's histograms:
 
 - ``server``: ``hyserve:time_to_first_token_seconds``, from the handler's arrival mark (the body parsed and
   validated) to the engine thread having the sampled token;
-- ``step``: ``hyserve:iteration_seconds{kind="mixed"}``, the engine steps that ran the prompts (launch to the
-  token read back: the prefill graph plus its input staging).
+- ``step``: ``hyserve:iteration_seconds{kind="mixed"}``, the engine steps that ran the prompts (the whole
+  ``engine.step()`` call: scheduling, input staging, the prefill graph, the token read back).
 
 So ``client - server`` is the HTTP path (the client building and sending the request, uvicorn, the parse; the
 token's way from the engine thread to the event loop, the SSE chunk, the client reading it) and ``server - step``
