@@ -21,39 +21,30 @@ from __future__ import annotations
 import argparse
 import asyncio
 import random
-import re
 import statistics
 
 import aiohttp
+from prometheus_client.parser import text_string_to_metric_families
 
 from hyserve.bench.client import completion_payload, random_prompt, stream_completion
 
-_SAMPLE = re.compile(r"^(hyserve:[a-z_]+)(\{[^}]*\})? ([0-9.eE+-]+)$")
+Sample = dict[tuple[str, str | None], float]  # (sample name, its "kind" label or None) -> value
 
 
-def parse_metrics(text: str) -> dict[str, float]:
-    """Prometheus text -> {"name{labels}": value} for hyserve's own samples."""
-    out = {}
-    for line in text.splitlines():
-        m = _SAMPLE.match(line)
-        if m:
-            out[m.group(1) + (m.group(2) or "")] = float(m.group(3))
-    return out
+def parse_metrics(text: str) -> Sample:
+    """Prometheus text -> hyserve's own samples (prometheus_client's parser), keyed by name and ``kind`` label."""
+    return {
+        (s.name, s.labels.get("kind")): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+        if s.name.startswith("hyserve:")
+    }
 
 
-def delta_mean_ms(
-    before: dict[str, float], after: dict[str, float], name: str, kind: str | None = None
-) -> float:
+def delta_mean_ms(before: Sample, after: Sample, name: str, kind: str | None = None) -> float:
     """Mean of the histogram ``name``'s observations between two reads, ms (those with ``kind="..."`` if given)."""
-
-    def pick(sample: dict[str, float], key: str) -> float:
-        for k, value in sample.items():
-            if k.split("{")[0] == key and (kind is None or f'kind="{kind}"' in k):
-                return value
-        return 0.0
-
-    count = pick(after, name + "_count") - pick(before, name + "_count")
-    total = pick(after, name + "_sum") - pick(before, name + "_sum")
+    count = after.get((name + "_count", kind), 0.0) - before.get((name + "_count", kind), 0.0)
+    total = after.get((name + "_sum", kind), 0.0) - before.get((name + "_sum", kind), 0.0)
     return total / count * 1e3 if count else float("nan")
 
 
@@ -63,7 +54,7 @@ async def measure(url: str, lens: list[int], reps: int, vocab: int, seed: int) -
         async with session.get(f"{url}/v1/models") as resp:
             model = (await resp.json())["data"][0]["id"]
 
-        async def metrics() -> dict[str, float]:
+        async def metrics() -> Sample:
             async with session.get(f"{url}/metrics") as resp:
                 return parse_metrics(await resp.text())
 
