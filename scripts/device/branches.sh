@@ -8,7 +8,6 @@
 #   for b in grouped-prologue grouped-rt grouped-fused; do rm -rf .br/$b; mkdir -p .br/$b; git archive $b src | tar -x -C .br/$b; done
 set -u
 source "$(dirname "$0")/common.sh"
-W=$OUT
 for b in grouped-prologue grouped-rt grouped-fused; do
   [ -d .br/$b/src ] || { echo "missing .br/$b/src (see the header)"; exit 1; }
 done
@@ -25,6 +24,6 @@ if [ $SECONDS -lt $((${BUDGET:-560} - 150)) ]; then
 else
   echo "serve_bench: skipped at ${SECONDS} s"
 fi
-echo "== tests"; tail -n 2 /tmp/w/tests.log
+echo "== tests"; tail -n 2 $OUT/tests.log  # grouped_ab.sh logs its runs under $OUT
 echo "== summary (us a layer)"
 sed 's/ of its bytes.*rel err/ rel/' $OUT/bench.txt | grep -E "^==|wgmma|fused|two"
