@@ -7,6 +7,10 @@ if [ ! -d /tmp/site/fastapi ] && ls .whl/*.whl > /dev/null 2>&1; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
     > /dev/null 2>&1
 fi
+# httptools is a dependency (pyproject) the image lacks: without its wheel uvicorn falls back to h11, ~0.45 ms more
+# to the first token at 1024 ids (docs/performance.md, 2026-12-06), as every H200 table from then to 2026-12-07 ran
+python3 -c "import httptools" 2> /dev/null ||
+  echo "WARNING: no httptools: the server runs h11 (../shared/tools/gpu-wheels httptools uvloop, then carry .whl)"
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 W=/tmp/w; mkdir -p $W
 M=configs/Qwen3.6-35B-A3B
