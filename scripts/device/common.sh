@@ -1,7 +1,8 @@
 # Sourced by the device scripts: the environment (server wheels installed in /tmp/site), $OUT, the work
 # folder $W, the model $M, and `run NAME LIMIT CMD...`: CMD under `timeout LIMIT` with its output in
 # $W/NAME.log; prints the exit code, the seconds and the log's last $TAILN (3) lines.
-export PYTHONPATH=/tmp/site:src PYTHONUNBUFFERED=1
+# SRC: the source tree to run (a branch's, carried under .br/; default src)
+export PYTHONPATH=/tmp/site:${SRC:-src} PYTHONUNBUFFERED=1
 # A fresh machine has no server wheels; the carried .whl folder has them (README "On the H200").
 if [ ! -d /tmp/site/fastapi ] && ls .whl/*.whl > /dev/null 2>&1; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
