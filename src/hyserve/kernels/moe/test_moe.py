@@ -631,3 +631,38 @@ def test_cuda_graph_and_determinism(T: int, variant: str, monkeypatch) -> None:
         g.replay()
         torch.cuda.synchronize()
         assert torch.equal(out, expected)
+
+
+def test_tune_merge_keeps_what_the_tuner_does_not_choose(capsys):
+    """``tune.py --merge``: a re-tuned bucket keeps the old plan's A/B keys (``atomic_routing`` here) and takes the new
+    tiles whole, saying which step-tuner options of the old tiles it dropped; untouched buckets stay as they were."""
+    from hyserve.kernels.moe.tune import merge_buckets
+
+    old = {
+        "1": {
+            "block_m": 1,
+            "down_mode": "pairs",
+            "gate_up": {"BLOCK_I": 4, "L2PF": 64, "maxnreg": 56},
+            "down": {},
+        },
+        "1024": {"block_m": 64, "atomic_routing": True, "gate_up": {"BLOCK_I": 16}, "down": {"BLOCK_H": 16}},
+    }
+    new = {"1": {"block_m": 1, "down_mode": "pairs", "gate_up": {"BLOCK_I": 8}, "down": {"BLOCK_H": 2}}}
+    merged = merge_buckets(old, new)
+    assert merged["1024"] == old["1024"]
+    assert merged["1"] == {
+        "block_m": 1,
+        "down_mode": "pairs",
+        "gate_up": {"BLOCK_I": 8},
+        "down": {"BLOCK_H": 2},
+    }
+    assert capsys.readouterr().out == "bucket 1: gate_up options of the old tiles dropped: L2PF, maxnreg\n"
+    again = merge_buckets(
+        old, {"1024": {"block_m": 128, "gate_up": {"BLOCK_I": 32}, "down": {"BLOCK_H": 16}}}
+    )
+    assert again["1024"] == {
+        "block_m": 128,
+        "atomic_routing": True,
+        "gate_up": {"BLOCK_I": 32},
+        "down": {"BLOCK_H": 16},
+    }

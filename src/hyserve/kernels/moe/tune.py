@@ -447,6 +447,22 @@ def tune_pairs(layer: dict, x: torch.Tensor, quick: bool) -> tuple[float, dict, 
     return t_route + gu_ms + dn_ms, plan, stages
 
 
+def merge_buckets(old: dict[str, dict], new: dict[str, dict]) -> dict[str, dict]:
+    """``--merge``: the old file's buckets with the newly tuned ones over them. A re-tuned bucket keeps the old plan's
+    keys this tuner does not choose (``atomic_routing``, ``mma_grouped``, ... from A/B runs: not tied to the tiles);
+    the gate_up and down configs are the new ones whole, so an option the step tuner set on the old tiles (``L2PF``,
+    ``maxnreg``) is dropped, with a line saying so (``scripts/tune_step.py`` sets it again on the new tiles)."""
+    merged = dict(old)
+    for key, plan in new.items():
+        before = old.get(key, {})
+        merged[key] = {**before, **plan}
+        for kernel in ("gate_up", "down"):
+            dropped = sorted(set(before.get(kernel, {})) - set(plan.get(kernel, {})))
+            if dropped:
+                print(f"bucket {key}: {kernel} options of the old tiles dropped: {', '.join(dropped)}")
+    return merged
+
+
 def main() -> None:
     import triton
 
@@ -486,7 +502,7 @@ def main() -> None:
         with open(out) as f:
             old = json.load(f)
         if old.get("tuned"):
-            data["buckets"] = {**old.get("buckets", {}), **data["buckets"]}
+            data["buckets"] = merge_buckets(old.get("buckets", {}), data["buckets"])
             data["timings_us"] = {**old.get("timings_us", {}), **data["timings_us"]}
             data["buckets"] = dict(sorted(data["buckets"].items(), key=lambda kv: int(kv[0])))
             data["timings_us"] = dict(sorted(data["timings_us"].items(), key=lambda kv: int(kv[0])))
