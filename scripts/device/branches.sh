@@ -5,8 +5,8 @@
 # tests first), alternated twice, then the fused gate_up + down of
 # `grouped-fused` (`moe.bench --mma-fused`: two kernels / fused / Triton), then, while BUDGET (560) seconds allow,
 # serve_bench.sh on main (the HTTP table with ttft_split.py). On the H100 (2026-12-07) none of them gained; the H200,
-# whose down is further from its floor, is where they are owed. Prepare here, then carry .whl and .br:
-#   for b in grouped-prologue grouped-rt grouped-persistent grouped-fused; do rm -rf .br/$b; mkdir -p .br/$b; git archive $b src | tar -x -C .br/$b; done
+# whose down is further from its floor, is where they are owed. Prepare .br with the loop in owed.sh's header (this is
+# its PART=3), then carry .whl and .br.
 set -u
 source "$(dirname "$0")/common.sh"
 for b in grouped-prologue grouped-rt grouped-persistent grouped-fused; do

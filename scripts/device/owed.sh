@@ -21,9 +21,10 @@ case "${PART:-1}" in
     ;;
   2)
     source "$D/common.sh"
-    TAILN=2 run keep_tests 200 env PYTHONPATH=/tmp/site:$K python3 -m pytest -q -p no:cacheprovider -rfE \
-      $K/hyserve/kernels/moe/test_mma_grouped.py $K/../tests/test_mma_experts_only.py $K/../tests/test_memory.py \
-      -k "take_the_down or keep_the_bf16 or default or memory or fit or budget"
+    G=$K/hyserve/kernels/moe/test_mma_grouped.py
+    TAILN=2 run keep_tests 300 env PYTHONPATH=/tmp/site:$K python3 -m pytest -q -p no:cacheprovider -rfE \
+      $G::test_a_plan_can_take_the_down_back_to_the_bf16_weights $G::test_a_plan_can_keep_the_bf16_weights \
+      $K/../tests/test_mma_experts_only.py $K/../tests/test_memory.py
     bash "$D/serve_bench.sh" --max-num-seqs 48 --max-model-len 8192 --gpu-memory-utilization 0.95 2>&1 \
       | grep -v "^hyserve:" | tail -n 40
     if [ $SECONDS -lt 300 ]; then
